@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+const name = "generic-tty"
+
+var about = skel.About{New: newPlugin}
+
+// args are the plugin's config args (docs/plugins.md).
+type args struct {
+	// NumSystemReserved ttys are kept for the host. For the "tty" family
+	// that is tty1..ttyN (tty0, the current console, is never handed out);
+	// for other families it is the N lowest-numbered devices.
+	NumSystemReserved int `json:"num_system_reserved"`
+	// Pattern selects the tty family: "tty" (default), "ttyS", "ttyUSB", ...
+	// A trailing "*" is accepted and ignored.
+	Pattern string `json:"pattern"`
+}
+
+type plugin struct {
+	pool     pool.Pool
+	host     sysfs.Host
+	prefix   string
+	firstIdx int // lowest index that may be handed out
+}
+
+func newPlugin(c *skel.Call) (skel.Plugin, error) {
+	var a args
+	if err := c.Config.DecodeArgs(&a); err != nil {
+		return nil, err
+	}
+	if a.NumSystemReserved < 0 {
+		return nil, fmt.Errorf("num_system_reserved must not be negative, got %d", a.NumSystemReserved)
+	}
+	prefix := strings.TrimSuffix(a.Pattern, "*")
+	if a.Pattern == "" {
+		prefix = "tty"
+	}
+	if !validPrefix(prefix) {
+		return nil, fmt.Errorf("pattern %q: want a tty family name of ASCII letters, such as \"ttyS\"", a.Pattern)
+	}
+	p := &plugin{host: sysfs.Host{Root: c.Env.HostRoot}, prefix: prefix, firstIdx: a.NumSystemReserved}
+	if prefix == "tty" {
+		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
+	}
+	p.pool = pool.Pool{Name: name, Call: c, Discover: p.discover}
+	return p, nil
+}
+
+func validPrefix(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// discover lists the usable ttys: in the family, not reserved, with a node
+// under /dev.
+func (p *plugin) discover() ([]pool.Device, error) {
+	ttys, err := p.host.TTYs(p.prefix)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no tty class at all: nothing to hand out
+	}
+	if err != nil {
+		return nil, err
+	}
+	var devs []pool.Device
+	for _, t := range ttys {
+		if t.Index < p.firstIdx {
+			continue
+		}
+		node, err := p.host.TTYNode(t)
+		if err != nil {
+			continue // no /dev node: not usable
+		}
+		devs = append(devs, pool.Device{Key: t.Name, Index: t.Index, NUMA: alloc.Unknown, Nodes: []string{node}})
+	}
+	return devs, nil
+}
+
+func (p *plugin) Info(ctx context.Context, _ *skel.Call) (map[string]int, error) {
+	return p.pool.Info(ctx)
+}
+
+func (p *plugin) Add(ctx context.Context, _ *skel.Call) (*skel.AddResult, error) {
+	return p.pool.Add(ctx)
+}
+
+func (p *plugin) Del(ctx context.Context, _ *skel.Call) error {
+	return p.pool.Del(ctx)
+}
+
+func (p *plugin) GC(ctx context.Context, _ *skel.Call) (*skel.GCResult, error) {
+	return p.pool.GC(ctx)
+}
