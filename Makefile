@@ -1,0 +1,52 @@
+# CDI exec plugins. `make demo` shows the suite on a bundled fixture host;
+# `make test` is what CI runs.
+
+GO          ?= go
+PREFIX      ?= /opt/cdi
+DESTDIR     ?=
+BINDIR      := $(DESTDIR)$(PREFIX)/bin
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME    ?= 20s
+
+export CGO_ENABLED := 0
+GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
+
+.PHONY: all build install test unit lint demo bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build $(GOFLAGS_BUILD) -o bin/ ./plugins/... ./cmd/...
+
+install: build
+	install -d $(BINDIR)
+	install -m 0755 bin/* $(BINDIR)/
+
+# The whole suite: lint, unit tests, fuzz seed corpora and the end-to-end
+# tests against the binaries in bin/.
+test: build lint
+	CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test -count=1 ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+demo: build
+	./scripts/demo.sh
+
+bench: build
+	CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test -run '^$$' -bench . -benchtime 2s ./pkg/...
+
+# Runs every fuzz target for FUZZTIME each.
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	rm -rf bin

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs the plugins as a kubelet would, on the bundled fixture host
+# (demo/host.json), printing each command and its answer the way the spec's
+# examples do. Needs no network and no root: without root the fixture's /dev
+# entries are plain files instead of character devices.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cdi-demo.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+go run ./test/fixture/mkhost -host demo/host.json -root "$work/host"
+
+export CDI_HOST_ROOT="$work/host" CDI_STATE_DIR="$work/state" CDI_CONF_DIR="$PWD/conf" CDI_PATH="$PWD/bin"
+echo "Fixture host: $CDI_HOST_ROOT (from demo/host.json)"
+echo "State:        $CDI_STATE_DIR"
+[ "$(id -u)" = 0 ] || echo "Not root: /dev entries of the fixture are plain files, not device nodes."
+
+# run PLUGIN CONF VAR=VALUE... : print the command line, the answer and the exit status.
+run() {
+  local plugin=$1 conf=$2; shift 2
+  echo
+  echo "# env $* /opt/cdi/bin/$plugin < /etc/cdi/${conf}"
+  set +e
+  env "$@" "bin/$plugin" < "conf/$conf"
+  local status=$?
+  set -e
+  echo "Exit status: $status"
+}
+
+echo
+echo "== generic-tty: virtual consoles, 12 reserved for the host"
+run generic-tty tty.d/generic-tty.conf CDI_COMMAND=VERSION
+run generic-tty tty.d/generic-tty.conf CDI_COMMAND=INFO
+run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=tty:3 CDI_REQUEST_ID=7890
+run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=tty:3 CDI_REQUEST_ID=7890
+run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=tty:2 CDI_REQUEST_ID=4444
+run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.999 CDI_COMMAND=ADD CDI_REQUEST=tty:1 CDI_REQUEST_ID=1
+run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=MYCMD
+run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=7890
+run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=3456
