@@ -1,0 +1,191 @@
+package sysfs
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// DRM minor kinds, as the drm plugin's want_device_nodes names them.
+const (
+	Primary = "primary" // cardN
+	Render  = "render"  // renderDN
+	Control = "control" // controlDN (legacy)
+)
+
+// Minor is one DRM device node of a device.
+type Minor struct {
+	Name  string // "card0", "renderD128"
+	Kind  string // Primary, Render or Control
+	Index int    // the number in the name
+}
+
+// DRMDevice is a device that has DRM minors: a GPU, a display controller or
+// a software framebuffer.
+type DRMDevice struct {
+	// Dir is the host path of the device directory (under Root).
+	Dir string
+	// Minors are the DRM nodes the kernel created for the device, listed
+	// under Dir/drm, ordered primary, render, control.
+	Minors []Minor
+}
+
+// parseMinor recognises DRM node names; connectors such as card0-DP-1 and
+// other class entries are not minors.
+func parseMinor(name string) (Minor, bool) {
+	for _, k := range []struct{ prefix, kind string }{{"renderD", Render}, {"controlD", Control}, {"card", Primary}} {
+		if n, ok := Index(name, k.prefix); ok {
+			return Minor{Name: name, Kind: k.kind, Index: n}, true
+		}
+	}
+	return Minor{}, false
+}
+
+func kindOrder(k string) int {
+	switch k {
+	case Primary:
+		return 0
+	case Render:
+		return 1
+	}
+	return 2
+}
+
+// DRMDevices lists the devices behind /sys/class/drm, each with the minors
+// the kernel lists for it, ordered by their lowest primary (card) index. The
+// minors of a device are found through the class links, which point at
+// <device>/drm/<minor>: the same siblings as <device>/drm/, read with one
+// readlink each instead of a directory walk per device.
+func (h Host) DRMDevices() ([]DRMDevice, error) {
+	class := h.Sys("class", "drm")
+	entries, err := os.ReadDir(class)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	byDir := map[string]int{}
+	var devs []DRMDevice
+	for _, e := range entries {
+		m, ok := parseMinor(e.Name())
+		if !ok {
+			continue
+		}
+		dir, err := h.minorDevice(filepath.Join(class, e.Name()))
+		if err != nil {
+			continue // dangling or odd link: not a usable device
+		}
+		i, ok := byDir[dir]
+		if !ok {
+			i = len(devs)
+			byDir[dir] = i
+			devs = append(devs, DRMDevice{Dir: dir})
+		}
+		devs[i].Minors = append(devs[i].Minors, m)
+	}
+	for i := range devs {
+		slices.SortFunc(devs[i].Minors, func(a, b Minor) int {
+			if d := kindOrder(a.Kind) - kindOrder(b.Kind); d != 0 {
+				return d
+			}
+			return a.Index - b.Index
+		})
+	}
+	slices.SortStableFunc(devs, func(a, b DRMDevice) int { return a.Order() - b.Order() })
+	return devs, nil
+}
+
+// minorDevice resolves a class/drm link to the host path of its device
+// directory.
+func (h Host) minorDevice(link string) (string, error) {
+	target, err := os.Readlink(link)
+	if err != nil {
+		return "", err
+	}
+	var minorDir string
+	if filepath.IsAbs(target) {
+		minorDir = filepath.Join(h.Root, target)
+	} else {
+		minorDir = filepath.Join(filepath.Dir(link), target)
+	}
+	if parent := filepath.Dir(minorDir); filepath.Base(parent) == "drm" {
+		dir := filepath.Dir(parent)
+		if _, err := os.Stat(dir); err != nil {
+			return "", err
+		}
+		return dir, nil
+	}
+	// Not the usual layout: follow the minor's device link instead.
+	return filepath.EvalSymlinks(filepath.Join(link, "device"))
+}
+
+// Order is the device's preference index: its primary node's number, or
+// for a device without one, its lowest other node number offset past any
+// card number.
+func (d DRMDevice) Order() int {
+	if len(d.Minors) == 0 {
+		return 1 << 30
+	}
+	if m := d.Minors[0]; m.Kind == Primary {
+		return m.Index
+	}
+	return 1<<20 + d.Minors[0].Index
+}
+
+// SysPath is the device directory as the host sees it, without the root:
+// "/sys/devices/...".
+func (h Host) SysPath(dir string) string {
+	rel, err := filepath.Rel(h.Root, dir)
+	if err != nil {
+		return dir
+	}
+	return "/" + rel
+}
+
+// PCIAddr returns the device's PCI address when the device directory is a
+// PCI function (its name is an address such as 0000:03:00.0).
+func (d DRMDevice) PCIAddr() (string, bool) {
+	base := filepath.Base(d.Dir)
+	return base, IsPCIAddr(base)
+}
+
+// IsPCIAddr reports whether s is a full PCI address dddd:bb:dd.f in lower
+// case hex.
+func IsPCIAddr(s string) bool {
+	if len(s) != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.' {
+		return false
+	}
+	for i, c := range []byte(s) {
+		if i == 4 || i == 7 || i == 10 {
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return s[11] <= '7' && s[8] <= '1'
+}
+
+// NUMANode reads numa_node of a device directory: -1 when the kernel does
+// not know it, the file is missing, or it does not hold an integer.
+func NUMANode(dir string) int {
+	n, err := ReadInt(filepath.Join(dir, "numa_node"))
+	if err != nil || n < -1 {
+		return -1
+	}
+	return n
+}
+
+// LinkBase returns the base name of the symlink dir/name points to, such as
+// the driver of a device or the PF of a VF; "" when there is no link.
+func LinkBase(dir, name string) string {
+	t, err := os.Readlink(filepath.Join(dir, name))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(strings.TrimSuffix(t, "/"))
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+// gpu is one DRM device as the plugin sees it: the device it would hand
+// out, or the reason it will not.
+type gpu struct {
+	Device pool.Device
+	Reason string // "" when usable
+}
+
+// inventory lists the host's DRM devices and decides for each whether the
+// config may hand it out. It reads attributes only as far as the decision
+// needs, cheapest test first: this runs on every INFO and ADD.
+func inventory(h sysfs.Host, f filter) ([]gpu, error) {
+	devs, err := h.DRMDevices()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]gpu, 0, len(devs))
+	for _, d := range devs {
+		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1}}
+		g.Reason = check(h, f, d, &g.Device)
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// check fills dev and returns why the device is not usable, or "".
+func check(h sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device) string {
+	addr, isPCI := d.PCIAddr()
+	if isPCI {
+		dev.Key = addr
+	} else {
+		dev.Key = h.SysPath(d.Dir) // platform device: keyed by its sysfs path
+	}
+	switch {
+	case f.addrs != nil && !f.addrs[addr]:
+		return "not in pci_addresses"
+	case !isPCI && (f.vendors != nil || f.devices != nil):
+		return "not a PCI device (id whitelist set)"
+	}
+	if isPCI {
+		if f.vendors != nil && !f.vendors[attr(d.Dir, "vendor")] {
+			return "vendor not in vendorid_whitelist"
+		}
+		if f.devices != nil && !f.devices[attr(d.Dir, "device")] {
+			return "device not in deviceid_whitelist"
+		}
+		if f.addrs == nil && sysfs.LinkBase(d.Dir, "physfn") != "" {
+			return "SR-IOV VF (handed out only when pci_addresses names it)"
+		}
+		if n, _ := strconv.Atoi(attr(d.Dir, "sriov_numvfs")); n > 0 {
+			return "SR-IOV PF with active VFs"
+		}
+	}
+	for _, kind := range f.want {
+		for _, m := range d.Minors {
+			if m.Kind != kind {
+				continue
+			}
+			node, err := h.Node(filepath.Join(d.Dir, "drm", m.Name), "dri/"+m.Name)
+			if err == nil {
+				dev.Nodes = append(dev.Nodes, node)
+			}
+			break
+		}
+	}
+	if len(dev.Nodes) == 0 {
+		return "no wanted device node in /dev"
+	}
+	if isPCI {
+		dev.NUMA = sysfs.NUMANode(d.Dir)
+	}
+	return ""
+}
+
+// attr reads a small attribute in lower case; "" when unreadable.
+func attr(dir, name string) string {
+	v, _ := sysfs.ReadAttr(filepath.Join(dir, name))
+	return strings.ToLower(v)
+}

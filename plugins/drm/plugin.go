@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+const name = "drm"
+
+var about = skel.About{New: newPlugin}
+
+// args are the drm plugin's config args (docs/plugins.md).
+type args struct {
+	WantDeviceNodes   []string `json:"want_device_nodes"`
+	VendorIDWhitelist []string `json:"vendorid_whitelist"`
+	DeviceIDWhitelist []string `json:"deviceid_whitelist"`
+	PCIAddresses      []string `json:"pci_addresses"`
+	NUMAPolicy        string   `json:"numa_policy"`
+}
+
+// filter is the validated form of args.
+type filter struct {
+	want    []string        // node kinds, in handout order
+	vendors map[string]bool // lower-case "0x...."; nil for any
+	devices map[string]bool
+	addrs   map[string]bool // nil for any (VFs then excluded)
+}
+
+func newPlugin(c *skel.Call) (skel.Plugin, error) {
+	var a args
+	if err := c.Config.DecodeArgs(&a); err != nil {
+		return nil, err
+	}
+	f, strict, err := a.validate()
+	if err != nil {
+		return nil, err
+	}
+	p := &plugin{host: sysfs.Host{Root: c.Env.HostRoot}, filter: f}
+	p.pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover}
+	return p, nil
+}
+
+func (a args) validate() (filter, bool, error) {
+	f := filter{want: a.WantDeviceNodes}
+	if f.want == nil {
+		f.want = []string{sysfs.Primary, sysfs.Render}
+	}
+	if len(f.want) == 0 {
+		return f, false, fmt.Errorf("want_device_nodes is empty; list at least one of %q, %q, %q", sysfs.Primary, sysfs.Render, sysfs.Control)
+	}
+	for i, k := range f.want {
+		if k != sysfs.Primary && k != sysfs.Render && k != sysfs.Control {
+			return f, false, fmt.Errorf("want_device_nodes: unknown node type %q; want %q, %q or %q", k, sysfs.Primary, sysfs.Render, sysfs.Control)
+		}
+		if slices.Contains(f.want[:i], k) {
+			return f, false, fmt.Errorf("want_device_nodes: %q listed twice", k)
+		}
+	}
+	var err error
+	if f.vendors, err = idSet("vendorid_whitelist", a.VendorIDWhitelist); err != nil {
+		return f, false, err
+	}
+	if f.devices, err = idSet("deviceid_whitelist", a.DeviceIDWhitelist); err != nil {
+		return f, false, err
+	}
+	if a.PCIAddresses != nil {
+		f.addrs = map[string]bool{}
+		for _, addr := range a.PCIAddresses {
+			norm := strings.ToLower(addr)
+			if !sysfs.IsPCIAddr(norm) {
+				return f, false, fmt.Errorf("pci_addresses: %q is not a PCI address such as 0000:03:00.0", addr)
+			}
+			f.addrs[norm] = true
+		}
+	}
+	switch a.NUMAPolicy {
+	case "", "preferred":
+		return f, false, nil
+	case "strict":
+		return f, true, nil
+	}
+	return f, false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", a.NUMAPolicy)
+}
+
+// idSet validates a list of PCI ids ("0x1234", any case).
+func idSet(field string, ids []string) (map[string]bool, error) {
+	if ids == nil {
+		return nil, nil
+	}
+	set := map[string]bool{}
+	for _, id := range ids {
+		norm := strings.ToLower(id)
+		if !validID(norm) {
+			return nil, fmt.Errorf("%s: %q is not a PCI id such as \"0x10de\"", field, id)
+		}
+		set[norm] = true
+	}
+	return set, nil
+}
+
+func validID(s string) bool {
+	if len(s) != 6 || !strings.HasPrefix(s, "0x") {
+		return false
+	}
+	for _, c := range s[2:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+type plugin struct {
+	pool   pool.Pool
+	host   sysfs.Host
+	filter filter
+}
+
+func (p *plugin) discover() ([]pool.Device, error) {
+	gpus, err := inventory(p.host, p.filter)
+	if err != nil {
+		return nil, err
+	}
+	var out []pool.Device
+	for _, g := range gpus {
+		if g.Reason == "" {
+			out = append(out, g.Device)
+		}
+	}
+	return out, nil
+}
+
+func (p *plugin) Info(ctx context.Context, _ *skel.Call) (map[string]int, error) {
+	return p.pool.Info(ctx)
+}
+
+func (p *plugin) Add(ctx context.Context, _ *skel.Call) (*skel.AddResult, error) {
+	return p.pool.Add(ctx)
+}
+
+func (p *plugin) Del(ctx context.Context, _ *skel.Call) error {
+	return p.pool.Del(ctx)
+}
+
+func (p *plugin) GC(ctx context.Context, _ *skel.Call) (*skel.GCResult, error) {
+	return p.pool.GC(ctx)
+}
