@@ -23,6 +23,18 @@ type Device struct {
 	Index int      // preference order; lower first
 	NUMA  int      // NUMA node or alloc.Unknown
 	Nodes []string // container-facing device node paths, in handout order
+	// Resolve, when set, returns the final node paths of a device that is
+	// being handed out; discovery checks nodes by their conventional names
+	// and leaves the per-device reads to the few devices chosen.
+	Resolve func() []string
+}
+
+// nodes returns the device's final node paths.
+func (d Device) nodes() []string {
+	if d.Resolve != nil {
+		return d.Resolve()
+	}
+	return d.Nodes
 }
 
 // Pool runs the exclusive-allocation commands for one plugin invocation.
@@ -32,21 +44,22 @@ type Pool struct {
 	Call *skel.Call
 	// Strict makes a requested NUMA locality mandatory (code 105).
 	Strict bool
-	// Discover returns the usable devices present now, in any order.
-	Discover func() ([]Device, error)
+	// Discover returns the usable devices present now, in any order. NUMA
+	// nodes are needed only when forAdd is true.
+	Discover func(forAdd bool) ([]Device, error)
 }
 
 // Info counts the usable devices: the node's allocatable capacity.
 func (p Pool) Info(context.Context) (map[string]int, error) {
-	devs, err := p.discover()
+	devs, err := p.discover(false)
 	if err != nil {
 		return nil, err
 	}
 	return map[string]int{p.Call.Config.Type: len(devs)}, nil
 }
 
-func (p Pool) discover() ([]Device, error) {
-	devs, err := p.Discover()
+func (p Pool) discover(forAdd bool) ([]Device, error) {
+	devs, err := p.Discover(forAdd)
 	if err != nil {
 		return nil, skel.Errorf(skel.CodeInternal, "discovering devices under %s: %w", p.Call.Env.HostRoot, err)
 	}
@@ -78,7 +91,7 @@ func storeError(err error) error {
 // Add allocates the request in one store transaction, or replays an earlier
 // identical allocation.
 func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
-	devs, err := p.discover()
+	devs, err := p.discover(true)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +107,7 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 
 	c := p.Call
 	var held []store.Device
+	fresh := map[string]bool{} // devices allocated by this call, nodes already resolved
 	err = st.Update(func(tx *store.Tx) error {
 		held = held[:0]
 		rec, err := tx.Get(c.RequestID)
@@ -135,7 +149,8 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 			for _, i := range pos {
 				d := free[i]
 				taken[d.Key] = true
-				a.Devices = append(a.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: d.NUMA})
+				fresh[d.Key] = true
+				a.Devices = append(a.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: d.NUMA})
 			}
 			rec.Allocations = append(rec.Allocations, a)
 			held = append(held, a.Devices...)
@@ -153,8 +168,8 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 	res := &skel.AddResult{Devices: []string{}}
 	for _, d := range held {
 		nodes := d.Nodes
-		if now, ok := present[d.Key]; ok {
-			nodes = now.Nodes // node names may have moved since the record was made
+		if now, ok := present[d.Key]; ok && !fresh[d.Key] {
+			nodes = now.nodes() // node names may have moved since the record was made
 		}
 		res.Devices = append(res.Devices, nodes...)
 		res.NUMA = appendNode(res.NUMA, d.NUMA)

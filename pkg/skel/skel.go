@@ -15,12 +15,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
@@ -165,13 +163,12 @@ type Dispatcher struct {
 	Stderr io.Writer
 }
 
-// Main runs the plugin as the current process and exits.
+// Main runs the plugin as the current process and exits. A termination
+// signal kills the process outright: every store change is one transaction,
+// so nothing is left half-written.
 func Main(about About) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	d := Dispatcher{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
-	code := d.Run(ctx, about)
-	stop()
-	os.Exit(code)
+	os.Exit(d.Run(context.Background(), about))
 }
 
 // Run executes one command and returns the process exit status.
@@ -415,6 +412,9 @@ func ParseTimeout(s string) (time.Duration, error) {
 func readConfig(ctx context.Context, r io.Reader) ([]byte, error) {
 	if r == nil {
 		return nil, errors.New("no stdin")
+	}
+	if f, ok := r.(*os.File); ok {
+		return readFD(ctx, int(f.Fd()))
 	}
 	type result struct {
 		b   []byte

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // DRM minor kinds, as the drm plugin's want_device_nodes names them.
@@ -59,23 +61,34 @@ func kindOrder(k string) int {
 // minors of a device are found through the class links, which point at
 // <device>/drm/<minor>: the same siblings as <device>/drm/, read with one
 // readlink each instead of a directory walk per device.
-func (h Host) DRMDevices() ([]DRMDevice, error) {
+//
+// Only minors of the given kinds are resolved (all kinds when none are
+// given): each costs a readlink, and hosts have hundreds of them.
+func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 	class := h.Sys("class", "drm")
-	entries, err := os.ReadDir(class)
+	names, err := readDirNames(class)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	// Resolve links relative to an open class directory: one path
+	// component to look up per link instead of the whole path.
+	cfd, err := unix.Open(class, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: class, Err: err}
+	}
+	defer unix.Close(cfd)
+	buf := make([]byte, unix.PathMax)
 	byDir := map[string]int{}
 	var devs []DRMDevice
-	for _, e := range entries {
-		m, ok := parseMinor(e.Name())
-		if !ok {
+	for _, name := range names {
+		m, ok := parseMinor(name)
+		if !ok || len(kinds) > 0 && !slices.Contains(kinds, m.Kind) {
 			continue
 		}
-		dir, err := h.minorDevice(filepath.Join(class, e.Name()))
+		dir, err := h.minorDevice(cfd, buf, class, name)
 		if err != nil {
 			continue // dangling or odd link: not a usable device
 		}
@@ -100,12 +113,14 @@ func (h Host) DRMDevices() ([]DRMDevice, error) {
 }
 
 // minorDevice resolves a class/drm link to the host path of its device
-// directory.
-func (h Host) minorDevice(link string) (string, error) {
-	target, err := os.Readlink(link)
+// directory. A dangling link is caught later: its nodes are not found.
+func (h *Host) minorDevice(cfd int, buf []byte, class, name string) (string, error) {
+	link := filepath.Join(class, name)
+	n, err := unix.Readlinkat(cfd, name, buf)
 	if err != nil {
-		return "", err
+		return "", &os.PathError{Op: "readlink", Path: link, Err: err}
 	}
+	target := string(buf[:n])
 	var minorDir string
 	if filepath.IsAbs(target) {
 		minorDir = filepath.Join(h.Root, target)
@@ -113,15 +128,14 @@ func (h Host) minorDevice(link string) (string, error) {
 		minorDir = filepath.Join(filepath.Dir(link), target)
 	}
 	if parent := filepath.Dir(minorDir); filepath.Base(parent) == "drm" {
-		dir := filepath.Dir(parent)
-		if _, err := os.Stat(dir); err != nil {
-			return "", err
-		}
-		return dir, nil
+		return filepath.Dir(parent), nil
 	}
 	// Not the usual layout: follow the minor's device link instead.
 	return filepath.EvalSymlinks(filepath.Join(link, "device"))
 }
+
+// MinorDir is the sysfs directory of one of the device's minors.
+func (d DRMDevice) MinorDir(m Minor) string { return filepath.Join(d.Dir, "drm", m.Name) }
 
 // Order is the device's preference index: its primary node's number, or
 // for a device without one, its lowest other node number offset past any
@@ -138,7 +152,7 @@ func (d DRMDevice) Order() int {
 
 // SysPath is the device directory as the host sees it, without the root:
 // "/sys/devices/...".
-func (h Host) SysPath(dir string) string {
+func (h *Host) SysPath(dir string) string {
 	rel, err := filepath.Rel(h.Root, dir)
 	if err != nil {
 		return dir

@@ -6,40 +6,42 @@
 package sysfs
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 )
 
-// Host is a view of a machine's /sys and /dev below Root.
+// Host is a view of a machine's /sys and /dev below Root. It remembers the
+// /dev directories it has listed, so it is meant to live for one command.
 type Host struct {
 	Root string // "/" on a real host
+	dirs map[string]map[string]bool
+}
+
+// NewHost returns a view of the host below root.
+func NewHost(root string) *Host {
+	return &Host{Root: root, dirs: map[string]map[string]bool{}}
 }
 
 // Sys returns the host path of a sysfs path given relative to /sys.
-func (h Host) Sys(rel ...string) string {
+func (h *Host) Sys(rel ...string) string {
 	return filepath.Join(append([]string{h.Root, "sys"}, rel...)...)
 }
 
 // Dev returns the host path of a /dev entry given relative to /dev.
-func (h Host) Dev(rel string) string {
+func (h *Host) Dev(rel string) string {
 	return filepath.Join(h.Root, "dev", rel)
 }
 
 // ReadAttr reads a sysfs attribute and trims the trailing newline.
 func ReadAttr(p string) (string, error) {
-	b, err := os.ReadFile(p)
+	b, err := readFile(p)
 	if err != nil {
 		return "", err
 	}
-	return string(bytes.TrimSpace(b)), nil
+	return trim(b), nil
 }
 
 // ReadInt reads a decimal sysfs attribute.
@@ -59,18 +61,17 @@ func ReadInt(p string) (int, error) {
 // file, relative to /dev (for example "dri/card0"). It returns "" when the
 // uevent file has no DEVNAME.
 func DevName(sysDir string) (string, error) {
-	f, err := os.Open(filepath.Join(sysDir, "uevent"))
+	b, err := readFile(filepath.Join(sysDir, "uevent"))
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "DEVNAME="); ok {
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "DEVNAME="); ok {
+			v = strings.TrimRight(v, "\n")
 			return v, validDevName(v)
 		}
 	}
-	return "", sc.Err()
+	return "", nil
 }
 
 // validDevName refuses names that would leave /dev.
@@ -81,26 +82,41 @@ func validDevName(v string) error {
 	return nil
 }
 
-// Node resolves the device node of a sysfs device directory: DEVNAME from
-// uevent, or fallback when uevent has none. The node must exist under the
-// host's /dev; a directory does not count. The returned path is the
-// container-facing one, "/dev/<devname>", without the root.
-func (h Host) Node(sysDir, fallback string) (string, error) {
+// NodeExists reports whether /dev/<devname> exists and is not a directory.
+// Each /dev directory is listed once per Host: one listing is far cheaper
+// than a stat per device on hosts with hundreds of nodes.
+func (h *Host) NodeExists(devname string) bool {
+	dir, base := path.Split(devname)
+	names, ok := h.dirs[dir]
+	if !ok {
+		names = map[string]bool{}
+		entries, _ := readDirTypes(h.Dev(dir))
+		for _, e := range entries {
+			if !e.dir {
+				names[e.name] = true
+			}
+		}
+		if h.dirs == nil {
+			h.dirs = map[string]map[string]bool{}
+		}
+		h.dirs[dir] = names
+	}
+	return names[base]
+}
+
+// ResolveNode returns the container-facing path ("/dev/...", without the
+// root) of the node of a sysfs device directory. The kernel's own name for
+// the node is in uevent's DEVNAME; conventional is what devtmpfs calls it by
+// default (for example "dri/card0"), used when uevent has no DEVNAME or its
+// node does not exist. Callers check the conventional node first with
+// NodeExists, so discovery needs no per-device reads and only the devices
+// actually handed out pay for reading uevent.
+func (h *Host) ResolveNode(sysDir, conventional string) string {
 	name, err := DevName(sysDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", err
+	if err == nil && name != "" && name != conventional && h.NodeExists(name) {
+		return "/dev/" + name
 	}
-	if name == "" {
-		name = fallback
-	}
-	fi, err := os.Stat(h.Dev(name))
-	if err != nil {
-		return "", err
-	}
-	if fi.IsDir() {
-		return "", fmt.Errorf("%s is a directory", h.Dev(name))
-	}
-	return "/dev/" + name, nil
+	return "/dev/" + conventional
 }
 
 // Index returns the decimal number that follows prefix in name, for names

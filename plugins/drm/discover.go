@@ -19,8 +19,8 @@ type gpu struct {
 // inventory lists the host's DRM devices and decides for each whether the
 // config may hand it out. It reads attributes only as far as the decision
 // needs, cheapest test first: this runs on every INFO and ADD.
-func inventory(h sysfs.Host, f filter) ([]gpu, error) {
-	devs, err := h.DRMDevices()
+func inventory(h *sysfs.Host, f filter, numa bool) ([]gpu, error) {
+	devs, err := h.DRMDevices(f.want...)
 	if err != nil {
 		return nil, err
 	}
@@ -28,13 +28,18 @@ func inventory(h sysfs.Host, f filter) ([]gpu, error) {
 	for _, d := range devs {
 		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1}}
 		g.Reason = check(h, f, d, &g.Device)
+		if g.Reason == "" && numa {
+			if _, isPCI := d.PCIAddr(); isPCI {
+				g.Device.NUMA = sysfs.NUMANode(d.Dir)
+			}
+		}
 		out = append(out, g)
 	}
 	return out, nil
 }
 
 // check fills dev and returns why the device is not usable, or "".
-func check(h sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device) string {
+func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device) string {
 	addr, isPCI := d.PCIAddr()
 	if isPCI {
 		dev.Key = addr
@@ -61,23 +66,28 @@ func check(h sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device) string {
 			return "SR-IOV PF with active VFs"
 		}
 	}
+	var minors []sysfs.Minor
 	for _, kind := range f.want {
 		for _, m := range d.Minors {
-			if m.Kind != kind {
-				continue
+			if m.Kind == kind && h.NodeExists("dri/"+m.Name) {
+				minors = append(minors, m)
+				dev.Nodes = append(dev.Nodes, "/dev/dri/"+m.Name)
+				break
 			}
-			node, err := h.Node(filepath.Join(d.Dir, "drm", m.Name), "dri/"+m.Name)
-			if err == nil {
-				dev.Nodes = append(dev.Nodes, node)
-			}
-			break
 		}
 	}
-	if len(dev.Nodes) == 0 {
-		return "no wanted device node in /dev"
+	switch {
+	case len(minors) == 0 && len(d.Minors) == 0:
+		return "no wanted device node"
+	case len(minors) == 0:
+		return "wanted device node missing from /dev"
 	}
-	if isPCI {
-		dev.NUMA = sysfs.NUMANode(d.Dir)
+	dev.Resolve = func() []string {
+		nodes := make([]string, len(minors))
+		for i, m := range minors {
+			nodes[i] = h.ResolveNode(d.MinorDir(m), "dri/"+m.Name)
+		}
+		return nodes
 	}
 	return ""
 }

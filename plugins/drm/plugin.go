@@ -41,7 +41,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &plugin{host: sysfs.Host{Root: c.Env.HostRoot}, filter: f}
+	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
 	p.pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover}
 	return p, nil
 }
@@ -118,12 +118,12 @@ func validID(s string) bool {
 
 type plugin struct {
 	pool   pool.Pool
-	host   sysfs.Host
+	host   *sysfs.Host
 	filter filter
 }
 
-func (p *plugin) discover() ([]pool.Device, error) {
-	gpus, err := inventory(p.host, p.filter)
+func (p *plugin) discover(forAdd bool) ([]pool.Device, error) {
+	gpus, err := inventory(p.host, p.filter, forAdd)
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ type args struct {
 
 type plugin struct {
 	pool     pool.Pool
-	host     sysfs.Host
+	host     *sysfs.Host
 	prefix   string
 	firstIdx int // lowest index that may be handed out
 }
@@ -50,7 +50,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if !validPrefix(prefix) {
 		return nil, fmt.Errorf("pattern %q: want a tty family name of ASCII letters, such as \"ttyS\"", a.Pattern)
 	}
-	p := &plugin{host: sysfs.Host{Root: c.Env.HostRoot}, prefix: prefix, firstIdx: a.NumSystemReserved}
+	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), prefix: prefix, firstIdx: a.NumSystemReserved}
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
@@ -72,7 +72,7 @@ func validPrefix(s string) bool {
 
 // discover lists the usable ttys: in the family, not reserved, with a node
 // under /dev.
-func (p *plugin) discover() ([]pool.Device, error) {
+func (p *plugin) discover(bool) ([]pool.Device, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no tty class at all: nothing to hand out
@@ -85,11 +85,13 @@ func (p *plugin) discover() ([]pool.Device, error) {
 		if t.Index < p.firstIdx {
 			continue
 		}
-		node, err := p.host.TTYNode(t)
-		if err != nil {
-			continue // no /dev node: not usable
+		if !p.host.Usable(t) {
+			continue // no /dev node
 		}
-		devs = append(devs, pool.Device{Key: t.Name, Index: t.Index, NUMA: alloc.Unknown, Nodes: []string{node}})
+		devs = append(devs, pool.Device{
+			Key: t.Name, Index: t.Index, NUMA: alloc.Unknown, Nodes: []string{"/dev/" + t.Name},
+			Resolve: func() []string { return []string{p.host.TTYNode(t)} },
+		})
 	}
 	return devs, nil
 }

@@ -1,0 +1,53 @@
+package skel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// readFD reads a file descriptor to its end, waiting with poll(2) so that
+// the wait is bounded without a helper goroutine or the runtime's poller:
+// a plugin process starts and ends within a few milliseconds, and thread
+// start-up is a visible part of that.
+func readFD(ctx context.Context, fd int) ([]byte, error) {
+	deadline := time.Now().Add(stdinTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	var out []byte
+	buf := make([]byte, 8192)
+	for {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, fmt.Errorf("no end of input after %v", stdinTimeout)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(wait.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("poll: %w", err)
+		}
+		if n == 0 {
+			continue
+		}
+		m, err := unix.Read(fd, buf)
+		switch {
+		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("read: %w", err)
+		case m == 0:
+			return out, nil
+		}
+		out = append(out, buf[:m]...)
+		if len(out) > maxConfigSize {
+			return nil, fmt.Errorf("config larger than %d bytes", maxConfigSize)
+		}
+	}
+}
