@@ -46,7 +46,7 @@ func TestTTYSpecExamples(t *testing.T) {
 		{"tty_error_subtype", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=tty:1,tty-memory:2048Mi", "CDI_REQUEST_ID=3456"), 1},
 		{"del_ok", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=7890"), 0},
 		{"del_unknown", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=3456"), 0},
-		{"del_unknown", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=7890"), 0}, // already freed
+		{"del_unknown", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=7890"), 0},                  // already freed
 		{"tty_add", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=tty:3", "CDI_REQUEST_ID=7890"), 0}, // freed devices come back
 	}
 	for i, s := range steps {
