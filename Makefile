@@ -36,8 +36,12 @@ lint:
 demo: build
 	./scripts/demo.sh
 
+# Go benchmarks of the hot functions, then whole invocations against an
+# exec floor (docs/performance.md). BENCH_RUNS sets runs per scenario.
+BENCH_RUNS ?= 300
 bench: build
-	CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test -run '^$$' -bench . -benchtime 2s ./pkg/...
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./pkg/... ./plugins/...
+	$(GO) run ./test/bench -bin bin -n $(BENCH_RUNS)
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

@@ -38,3 +38,13 @@ run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.999 CDI_COMMAND=ADD CDI_REQ
 run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=MYCMD
 run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=7890
 run generic-tty tty.d/generic-tty.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=3456
+
+echo
+echo "== drm: GPUs of two vendors on two NUMA nodes (the spec's drm.conf)"
+run drm gpu.d/drm.conf CDI_COMMAND=INFO
+run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=gpu:1 CDI_REQUEST_ID=1234
+run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=gpu:2 CDI_REQUEST_ID=5678 CDI_REQUEST_NUMA_LOCALITY=1
+run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=gpu:1,gpu-memory:2048Mi CDI_REQUEST_ID=3456
+run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=gpu:2 CDI_REQUEST_ID=9999
+run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=1234
+run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=3456

@@ -65,6 +65,11 @@ func DevName(sysDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return parseDevName(b)
+}
+
+// parseDevName finds DEVNAME in the contents of a uevent file.
+func parseDevName(b []byte) (string, error) {
 	for line := range strings.Lines(string(b)) {
 		if v, ok := strings.CutPrefix(line, "DEVNAME="); ok {
 			v = strings.TrimRight(v, "\n")

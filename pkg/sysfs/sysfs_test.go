@@ -1,0 +1,118 @@
+package sysfs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestIndex(t *testing.T) {
+	tests := []struct {
+		name, prefix string
+		want         int
+		ok           bool
+	}{
+		{"tty13", "tty", 13, true},
+		{"tty0", "tty", 0, true},
+		{"ttyS0", "tty", 0, false},
+		{"ttyUSB10", "ttyUSB", 10, true},
+		{"tty", "tty", 0, false},
+		{"tty01", "tty", 0, false},
+		{"card0-DP-1", "card", 0, false},
+		{"renderD128", "renderD", 128, true},
+		{"tty1234567890", "tty", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := Index(tt.name, tt.prefix)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("Index(%q, %q) = %d, %v", tt.name, tt.prefix, got, ok)
+		}
+	}
+}
+
+func TestIsPCIAddr(t *testing.T) {
+	for s, want := range map[string]bool{
+		"0000:03:00.0": true, "0000:ff:1f.7": true, "0000:03:00.8": false, "0000:03:20.0": false,
+		"0000:03:00.0 ": false, "0000:0G:00.0": false, "03:00.0": false, "0000:03:00.A": false, "0000:AB:00.0": false,
+	} {
+		if IsPCIAddr(s) != want {
+			t.Errorf("IsPCIAddr(%q) != %v", s, want)
+		}
+	}
+}
+
+func TestParseDevName(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"MAJOR=226\nMINOR=0\nDEVNAME=dri/card0\nDEVTYPE=drm_minor\n", "dri/card0", true},
+		{"DEVNAME=tty13", "tty13", true},
+		{"MAJOR=4\n", "", true},
+		{"DEVNAME=/etc/passwd\n", "", false},
+		{"DEVNAME=../etc\n", "", false},
+		{"DEVNAME=dri/../../x\n", "", false},
+		{"DEVNAME=\n", "", false},
+	}
+	for _, tt := range tests {
+		got, err := parseDevName([]byte(tt.in))
+		if (err == nil) != tt.ok || (err == nil && got != tt.want) {
+			t.Errorf("parseDevName(%q) = %q, %v", tt.in, got, err)
+		}
+	}
+}
+
+func FuzzParseDevName(f *testing.F) {
+	f.Add("MAJOR=226\nDEVNAME=dri/card0\n")
+	f.Add("DEVNAME=../x")
+	f.Fuzz(func(t *testing.T, in string) {
+		name, err := parseDevName([]byte(in))
+		if err != nil || name == "" {
+			return
+		}
+		if strings.HasPrefix(name, "/") || strings.Contains("/"+name+"/", "/../") || filepath.Clean(name) != name {
+			t.Fatalf("unsafe DEVNAME accepted: %q", name)
+		}
+	})
+}
+
+func FuzzIndex(f *testing.F) {
+	f.Add("tty13", "tty")
+	f.Fuzz(func(t *testing.T, name, prefix string) {
+		n, ok := Index(name, prefix)
+		if ok && (n < 0 || prefix+itoa(n) != name) {
+			t.Fatalf("Index(%q, %q) = %d", name, prefix, n)
+		}
+	})
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+// The /dev listing treats directories as missing and is cached per Host.
+func TestNodeExists(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"dev/dri/by-path", "dev/tty5"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "dev/dri/card0"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHost(root)
+	for name, want := range map[string]bool{"dri/card0": true, "dri/by-path": false, "tty5": false, "dri/card1": false, "nope/x": false} {
+		if h.NodeExists(name) != want {
+			t.Errorf("NodeExists(%q) != %v", name, want)
+		}
+	}
+}
