@@ -5,17 +5,17 @@ import (
 	"encoding/json"
 )
 
-// field is one member of a JSON object whose members keep their order.
-type field struct {
+// Field is one member of a JSON object whose members keep their order.
+type Field struct {
 	Key   string
 	Value any
 }
 
-// encodeObject renders fields as one JSON object indented with two spaces,
+// EncodeObject renders fields as one JSON object indented with two spaces,
 // members in the given order, followed by a newline. The protocol wants
 // cdiVersion first, which map and struct encoding cannot promise together
 // with dynamic keys.
-func encodeObject(fields []field) ([]byte, error) {
+func EncodeObject(fields []Field) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("{\n")
 	for i, f := range fields {

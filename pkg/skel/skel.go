@@ -175,7 +175,7 @@ func Main(about About) {
 func (d Dispatcher) Run(ctx context.Context, about About) int {
 	cmd := strings.ToUpper(d.Getenv("CDI_COMMAND"))
 	if cmd == CmdVersion {
-		return d.print(0, []field{
+		return d.print(0, []Field{
 			{"cdiVersion", Latest},
 			{"supportedVersions", SupportedVersions()},
 		})
@@ -190,7 +190,7 @@ func (d Dispatcher) Run(ctx context.Context, about About) int {
 
 // safeRun is run with any panic turned into an internal error; the stack
 // goes to stderr for the logs.
-func (d Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []field, err error) {
+func (d Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []Field, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(d.Stderr, "panic: %v\n%s", r, debug.Stack())
@@ -202,7 +202,7 @@ func (d Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []fi
 
 // run performs the checks of RULINGS.md §3 in order and calls the plugin.
 // It returns the fields of the success answer (nil for none).
-func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]field, error) {
+func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]Field, error) {
 	stdin, readErr := readConfig(ctx, d.Stdin)
 
 	// The reply's version: the first supported of env, config, Latest.
@@ -271,12 +271,12 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]field, err
 		if err != nil {
 			return nil, err
 		}
-		out := []field{{"cdiVersion", c.Version}, {"devices", nonNil(res.Devices)}}
+		out := []Field{{"cdiVersion", c.Version}, {"devices", nonNil(res.Devices)}}
 		if c.Locality != nil {
-			out = append(out, field{"numa_locality", nonNil(res.NUMA)})
+			out = append(out, Field{"numa_locality", nonNil(res.NUMA)})
 		}
 		if len(res.CDIDevices) > 0 {
-			out = append(out, field{"cdiDevices", res.CDIDevices})
+			out = append(out, Field{"cdiDevices", res.CDIDevices})
 		}
 		return out, nil
 	case CmdDel:
@@ -286,9 +286,9 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]field, err
 		if err != nil {
 			return nil, err
 		}
-		out := []field{{"cdiVersion", c.Version}, {"freed", nonNil(res.Freed)}}
+		out := []Field{{"cdiVersion", c.Version}, {"freed", nonNil(res.Freed)}}
 		if len(res.Errors) > 0 {
-			out = append(out, field{"errors", res.Errors})
+			out = append(out, Field{"errors", res.Errors})
 		}
 		return out, nil
 	}
@@ -482,8 +482,8 @@ func parseConfig(b []byte) (Config, error) {
 
 // capacityFields renders an INFO answer: cdiVersion, the type, then any
 // subtypes in name order. Keys outside the config's type are refused.
-func capacityFields(c *Call, caps map[string]int) ([]field, error) {
-	out := []field{{"cdiVersion", c.Version}, {c.Config.Type, caps[c.Config.Type]}}
+func capacityFields(c *Call, caps map[string]int) ([]Field, error) {
+	out := []Field{{"cdiVersion", c.Version}, {c.Config.Type, caps[c.Config.Type]}}
 	keys := make([]string, 0, len(caps))
 	for k := range caps {
 		if k == c.Config.Type {
@@ -496,7 +496,7 @@ func capacityFields(c *Call, caps map[string]int) ([]field, error) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		out = append(out, field{k, caps[k]})
+		out = append(out, Field{k, caps[k]})
 	}
 	return out, nil
 }
@@ -505,9 +505,9 @@ func capacityFields(c *Call, caps map[string]int) ([]field, error) {
 // 1, except for DEL, which always exits 0.
 func (d Dispatcher) fail(c *Call, err error) int {
 	e := AsError(err)
-	fields := []field{{"cdiVersion", c.Version}, {"code", e.Code}, {"msg", e.Msg}}
+	fields := []Field{{"cdiVersion", c.Version}, {"code", e.Code}, {"msg", e.Msg}}
 	if e.Details != "" {
-		fields = append(fields, field{"details", e.Details})
+		fields = append(fields, Field{"details", e.Details})
 	}
 	status := 1
 	if c.Command == CmdDel {
@@ -518,11 +518,11 @@ func (d Dispatcher) fail(c *Call, err error) int {
 
 // print writes fields as the single JSON object of this invocation. A nil
 // fields prints nothing.
-func (d Dispatcher) print(status int, fields []field) int {
+func (d Dispatcher) print(status int, fields []Field) int {
 	if fields == nil {
 		return status
 	}
-	b, err := encodeObject(fields)
+	b, err := EncodeObject(fields)
 	if err != nil {
 		fmt.Fprintf(d.Stderr, "encoding reply: %v\n", err)
 		return status

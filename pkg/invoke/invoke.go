@@ -1,0 +1,247 @@
+// Package invoke runs another CDI plugin the way a caller does: find the
+// binary along CDI_PATH, run it with CDI_* variables and the config on stdin
+// under a deadline, and decode what it prints into a result or an error that
+// says what went wrong (the plugin's protocol error, a timeout, a crash, or
+// output that is not JSON).
+package invoke
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultTimeout bounds a plugin run when the caller sets none.
+const DefaultTimeout = 30 * time.Second
+
+// ErrNotFound means no executable of that name is on the search path.
+var ErrNotFound = errors.New("plugin not found")
+
+// Find returns the first regular, executable file called name in the
+// colon-separated dirs. Names with a path separator are refused, so a config
+// can never point outside the plugin directories.
+func Find(name, dirs string) (string, error) {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return "", fmt.Errorf("invalid plugin name %q: must be a bare file name", name)
+	}
+	for _, dir := range filepath.SplitList(dirs) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %q in %s", ErrNotFound, name, dirs)
+}
+
+// Call is one plugin run.
+type Call struct {
+	Plugin  string   // binary name, looked up in Path
+	Path    string   // CDI_PATH
+	Env     []string // NAME=value pairs that override the inherited environment
+	Config  []byte   // written to stdin
+	Timeout time.Duration
+}
+
+// Reply is what a plugin printed on success: nothing, or one JSON object.
+type Reply struct {
+	Object map[string]json.RawMessage // nil when nothing was printed
+	Raw    []byte
+	Stderr string
+}
+
+// Error is a protocol error a plugin answered with.
+type Error struct {
+	Code    int    `json:"code"`
+	Msg     string `json:"msg"`
+	Details string `json:"details,omitempty"`
+	Stderr  string `json:"-"`
+	Status  int    `json:"-"` // the plugin's exit status
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("code %d: %s", e.Code, e.Msg)
+	if e.Details != "" {
+		s += ": " + e.Details
+	}
+	return s
+}
+
+// Failure kinds of a run that produced no protocol answer.
+const (
+	KindTimeout = "timeout"
+	KindCrash   = "crash"   // non-zero exit without a JSON error
+	KindGarbage = "garbage" // stdout is not one JSON object
+	KindExec    = "exec"    // could not start
+)
+
+// RunError is a run that did not produce a protocol answer.
+type RunError struct {
+	Kind   string
+	Plugin string
+	Stderr string
+	Err    error
+}
+
+func (e *RunError) Error() string {
+	s := fmt.Sprintf("%s: %s: %v", e.Plugin, e.Kind, e.Err)
+	if e.Stderr != "" {
+		s += "; stderr: " + strings.TrimSpace(e.Stderr)
+	}
+	return s
+}
+
+func (e *RunError) Unwrap() error { return e.Err }
+
+// Run executes the plugin and decodes its answer. A protocol error is
+// returned as *Error even when the exit status is 0 (as DEL does).
+func Run(ctx context.Context, c Call) (*Reply, error) {
+	bin, err := Find(c.Plugin, c.Path)
+	if err != nil {
+		return nil, &RunError{Kind: KindExec, Plugin: c.Plugin, Err: err}
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	var runErr error
+	for attempt := 0; ; attempt++ {
+		stdout.Reset()
+		stderr.Reset()
+		cmd := command(ctx, bin, c, &stdout, &stderr)
+		runErr = cmd.Run()
+		// A binary that is being replaced (make install during a run) is
+		// briefly busy; try again a few times.
+		if errors.Is(runErr, syscall.ETXTBSY) && attempt < 5 && ctx.Err() == nil {
+			time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	if ctx.Err() != nil {
+		return nil, &RunError{Kind: KindTimeout, Plugin: c.Plugin, Stderr: stderr.String(),
+			Err: fmt.Errorf("no answer within %v", timeout)}
+	}
+	status := 0
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(runErr, &exitErr):
+		status = exitErr.ExitCode()
+	case runErr != nil:
+		return nil, &RunError{Kind: KindExec, Plugin: c.Plugin, Stderr: stderr.String(), Err: runErr}
+	}
+	return decode(c.Plugin, stdout.Bytes(), stderr.String(), status)
+}
+
+// command builds the process: its own process group, so that a timeout
+// kills the plugin and anything it started; and a wait delay, so that a
+// grandchild holding stdout open cannot keep the caller waiting.
+func command(ctx context.Context, bin string, c Call, stdout, stderr *bytes.Buffer) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = mergeEnv(os.Environ(), c.Env)
+	cmd.Stdin = bytes.NewReader(c.Config)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		if cmd.Process == nil {
+			return nil
+		}
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = 2 * time.Second
+	return cmd
+}
+
+// mergeEnv returns base with every variable named in over replaced.
+func mergeEnv(base, over []string) []string {
+	names := map[string]bool{}
+	for _, kv := range over {
+		k, _, _ := strings.Cut(kv, "=")
+		names[k] = true
+	}
+	out := make([]string, 0, len(base)+len(over))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if !names[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, over...)
+}
+
+// decode turns a plugin's output into a reply or an error.
+func decode(plugin string, out []byte, stderr string, status int) (*Reply, error) {
+	if len(bytes.TrimSpace(out)) == 0 {
+		if status != 0 {
+			return nil, &RunError{Kind: KindCrash, Plugin: plugin, Stderr: stderr,
+				Err: fmt.Errorf("exit status %d and nothing on stdout", status)}
+		}
+		return &Reply{Stderr: stderr}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	var obj map[string]json.RawMessage
+	if err := dec.Decode(&obj); err != nil || obj == nil || dec.More() {
+		if err == nil {
+			err = errors.New("not exactly one JSON object")
+		}
+		return nil, &RunError{Kind: KindGarbage, Plugin: plugin, Stderr: stderr,
+			Err: fmt.Errorf("stdout is not a JSON object (exit status %d): %v: %q", status, err, clip(out))}
+	}
+	if e := protocolError(obj); e != nil {
+		e.Stderr, e.Status = stderr, status
+		return nil, e
+	}
+	if status != 0 {
+		return nil, &RunError{Kind: KindCrash, Plugin: plugin, Stderr: stderr,
+			Err: fmt.Errorf("exit status %d with a non-error answer: %q", status, clip(out))}
+	}
+	return &Reply{Object: obj, Raw: out, Stderr: stderr}, nil
+}
+
+// protocolError recognises an error object in either spelling: code/msg
+// (the spec's examples, CNI) or error/message (the spec's prose).
+func protocolError(obj map[string]json.RawMessage) *Error {
+	codeRaw, ok := obj["code"]
+	if !ok {
+		codeRaw, ok = obj["error"]
+	}
+	if !ok {
+		return nil
+	}
+	var e Error
+	if json.Unmarshal(codeRaw, &e.Code) != nil {
+		return nil
+	}
+	msg := obj["msg"]
+	if msg == nil {
+		msg = obj["message"]
+	}
+	_ = json.Unmarshal(msg, &e.Msg)
+	if d, ok := obj["details"]; ok {
+		_ = json.Unmarshal(d, &e.Details)
+	}
+	return &e
+}
+
+func clip(b []byte) string {
+	const max = 200
+	if len(b) > max {
+		return string(b[:max]) + "..."
+	}
+	return string(b)
+}
