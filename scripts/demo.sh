@@ -48,3 +48,25 @@ run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=gpu:1,gpu-m
 run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=gpu:2 CDI_REQUEST_ID=9999
 run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=1234
 run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=3456
+
+# ctl ARGS... : print and run a cdictl command.
+ctl() {
+  echo
+  echo "# cdictl $*"
+  set +e
+  bin/cdictl "$@"
+  local status=$?
+  set -e
+  echo "Exit status: $status"
+}
+
+echo
+echo "== cdictl: the same node through the reference caller (configs in conf/)"
+ctl version -o table
+ctl info -o table
+ctl add --id pod-a --numa 1 gpu:1,tty:2
+ctl add --id pod-b tty:1,gpu:9
+ctl ls -o table
+ctl del --id pod-a -o table
+ctl gc --valid 4444 -o table
+ctl ls -o table

@@ -250,7 +250,7 @@ func toErrorJSON(err error) *errorJSON {
 	case errors.As(err, &pe):
 		return &errorJSON{Code: pe.Code, Msg: pe.Msg, Details: pe.Details}
 	case errors.As(err, &re):
-		return &errorJSON{Code: skel.CodeInternal, Msg: "Plugin gave no answer", Details: re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
+		return &errorJSON{Code: skel.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
 	case errors.As(err, &se):
 		return &errorJSON{Code: se.Code, Msg: se.Msg, Details: se.Details}
 	}

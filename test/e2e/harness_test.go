@@ -50,7 +50,7 @@ func setup(m *testing.M) (int, error) {
 			return 0, err
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-o", dir+"/", "../../plugins/...")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "../../plugins/...", "../../cmd/...")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -171,7 +171,17 @@ func (n *node) run(plugin, conf string, env ...string) result {
 
 func runBin(t *testing.T, bin, stdin string, env []string) result {
 	t.Helper()
-	cmd := exec.Command(bin)
+	return run(t, exec.Command(bin), stdin, env)
+}
+
+// runArgs runs a command-line tool with arguments and no stdin.
+func runArgs(t *testing.T, bin string, args, env []string) result {
+	t.Helper()
+	return run(t, exec.Command(bin, args...), "", env)
+}
+
+func run(t *testing.T, cmd *exec.Cmd, stdin string, env []string) result {
+	t.Helper()
 	cmd.Env = env
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
@@ -181,7 +191,7 @@ func runBin(t *testing.T, bin, stdin string, env []string) result {
 	if ee, ok := err.(*exec.ExitError); ok {
 		status = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("running %s: %v", bin, err)
+		t.Fatalf("running %s: %v", cmd.Path, err)
 	}
 	return result{stdout: out.String(), stderr: errOut.String(), status: status}
 }

@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cdi-exec/plugins/test/fixture"
+)
+
+// ctlNode is a node with a config directory and a plugin path: the real
+// plugins plus any test scripts.
+type ctlNode struct {
+	*node
+	conf    string
+	scripts string
+}
+
+func newCtlNode(t *testing.T, h fixture.Host, confs map[string]string) *ctlNode {
+	t.Helper()
+	n := &ctlNode{node: newNode(t, h), conf: filepath.Join(t.TempDir(), "conf"), scripts: t.TempDir()}
+	for rel, body := range confs {
+		p := filepath.Join(n.conf, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// script installs a shell-script plugin on the node's plugin path.
+func (n *ctlNode) script(name, body string) {
+	n.t.Helper()
+	if err := os.WriteFile(filepath.Join(n.scripts, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *ctlNode) ctl(args ...string) result {
+	n.t.Helper()
+	cmd := append([]string{}, args...)
+	return runArgs(n.t, filepath.Join(binDir, "cdictl"), cmd, []string{
+		"CDI_HOST_ROOT=" + n.root, "CDI_STATE_DIR=" + n.state, "CDI_CONF_DIR=" + n.conf,
+		"CDI_PATH=" + n.scripts + ":" + binDir, "PATH=" + os.Getenv("PATH"),
+	})
+}
+
+func (r result) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		t.Fatalf("cdictl output is not JSON: %v\n%s\n%s", err, r.stdout, r.stderr)
+	}
+}
+
+var ctlConfs = map[string]string{
+	"gpu.d/drm.conf":         `{"cdiVersion":"0.0.1","name":"gpus","type":"gpu","plugin":"drm"}`,
+	"tty.d/generic-tty.conf": `{"cdiVersion":"0.0.1","name":"ttys","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12}}`,
+}
+
+func ctlHost() fixture.Host {
+	h := eightGPUs()
+	h.TTYs = map[string]int{"tty": 20}
+	return h
+}
+
+func TestCdictlInfoAndVersion(t *testing.T) {
+	confs := map[string]string{
+		"gpu.d/drm.conf":         ctlConfs["gpu.d/drm.conf"],
+		"gpu.d/second.conf":      `{"cdiVersion":"0.0.2","name":"more gpus","type":"gpu","plugin":"drm","args":{"vendorid_whitelist":["0x1002"]}}`,
+		"tty.d/generic-tty.conf": ctlConfs["tty.d/generic-tty.conf"],
+		"tty.d/wrong.conf":       `{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":"drm"}`,
+		"tty.d/escape.conf":      `{"cdiVersion":"0.0.1","name":"x","type":"tty","plugin":"../bin/sh"}`,
+		"tty.d/broken.conf":      `{`,
+		"bad_type.d/x.conf":      `{}`,
+	}
+	n := newCtlNode(t, ctlHost(), confs)
+	r := n.ctl("info")
+	var caps map[string]any
+	r.json(t, &caps)
+	// 8 + 4 GPUs from two configs; 7 ttys (tty13..tty19).
+	if r.status != 0 || caps["gpu"] != float64(12) || caps["tty"] != float64(7) || caps["cdiVersion"] != "0.0.2" {
+		t.Fatalf("info: %d %v\n%s", r.status, caps, r.stderr)
+	}
+	for _, want := range []string{"wrong.conf", "does not match its folder", "escape.conf", "broken.conf", "bad_type.d"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr does not report %q:\n%s", want, r.stderr)
+		}
+	}
+	r = n.ctl("info", "tty")
+	caps = nil
+	r.json(t, &caps)
+	if _, ok := caps["gpu"]; ok || caps["tty"] != float64(7) {
+		t.Fatalf("info tty: %v", caps)
+	}
+	var v struct {
+		Plugins []struct {
+			Plugin, Negotiated string
+		}
+	}
+	r = n.ctl("version", "gpu")
+	r.json(t, &v)
+	if r.status != 0 || len(v.Plugins) != 2 || v.Plugins[0].Negotiated != "0.0.2" {
+		t.Fatalf("version: %s", r.stdout)
+	}
+	if r := n.ctl("info", "-o", "table"); !strings.HasPrefix(r.stdout, "RESOURCE") {
+		t.Fatalf("table: %s", r.stdout)
+	}
+}
+
+func TestCdictlAddLsDelGC(t *testing.T) {
+	n := newCtlNode(t, ctlHost(), ctlConfs)
+	r := n.ctl("add", "--id", "pod-a", "--numa", "1", "gpu:2,tty:1")
+	var add struct {
+		Devices []string
+		NUMA    []int `json:"numa_locality"`
+	}
+	r.json(t, &add)
+	want := "/dev/dri/card4 /dev/dri/renderD132 /dev/dri/card5 /dev/dri/renderD133 /dev/tty13"
+	if r.status != 0 || strings.Join(add.Devices, " ") != want || len(add.NUMA) != 1 || add.NUMA[0] != 1 {
+		t.Fatalf("add: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+	// All or nothing: the tty is allocated first, then the GPUs run out, so
+	// the tty is freed again.
+	r = n.ctl("add", "--id", "pod-b", "tty:1,gpu:7")
+	var fail struct {
+		Code    int
+		Details string
+	}
+	r.json(t, &fail)
+	if r.status != 1 || fail.Code != 103 || !strings.Contains(fail.Details, "drm.conf") {
+		t.Fatalf("failing add: %d %s", r.status, r.stdout)
+	}
+	var ls struct {
+		Allocations []struct {
+			RequestID string
+			Plugin    string
+			Devices   []string
+		}
+	}
+	r = n.ctl("ls")
+	r.json(t, &ls)
+	if len(ls.Allocations) != 2 {
+		t.Fatalf("ls after add: %s", r.stdout)
+	}
+	for _, a := range ls.Allocations {
+		if a.RequestID != "pod-a" {
+			t.Fatalf("pod-b was not rolled back: %s", r.stdout)
+		}
+	}
+	// GC keeps the valid ids and frees the rest.
+	n.ctl("add", "--id", "pod-c", "tty:2")
+	r = n.ctl("gc", "--valid", "pod-a")
+	var gc struct {
+		Results []struct {
+			Plugin string
+			Freed  []string
+		}
+	}
+	r.json(t, &gc)
+	freed := 0
+	for _, res := range gc.Results {
+		freed += len(res.Freed)
+		if res.Plugin == "generic-tty" && (len(res.Freed) != 1 || res.Freed[0] != "pod-c") {
+			t.Fatalf("gc: %s", r.stdout)
+		}
+	}
+	if r.status != 0 || freed != 1 {
+		t.Fatalf("gc: %s", r.stdout)
+	}
+	if r := n.ctl("gc"); r.status != 2 {
+		t.Fatalf("gc without a valid list: %d", r.status)
+	}
+	// DEL across plugins, then nothing is held.
+	r = n.ctl("del", "--id", "pod-a")
+	var del struct {
+		Results []struct {
+			Freed bool
+			Error any
+		}
+	}
+	r.json(t, &del)
+	if r.status != 0 || len(del.Results) != 2 || !del.Results[0].Freed || !del.Results[1].Freed {
+		t.Fatalf("del: %s", r.stdout)
+	}
+	r = n.ctl("ls")
+	r.json(t, &ls)
+	if len(ls.Allocations) != 0 {
+		t.Fatalf("ls after del: %s", r.stdout)
+	}
+	if r := n.ctl("del", "--id", "pod-a"); r.status != 0 {
+		t.Fatalf("second del: %d", r.status)
+	}
+	for _, args := range [][]string{{"del"}, {"add", "gpu:1"}, {"add", "--id", "-x", "gpu:1"}, {"add", "--id", "x", "gpu:0"}, {"bogus"}} {
+		if r := n.ctl(args...); r.status != 2 {
+			t.Errorf("%v: status %d, want 2", args, r.status)
+		}
+	}
+}
+
+// A plugin that hangs is reported as a timeout, and a plugin missing from
+// CDI_PATH as such; both name the config file.
+func TestCdictlBrokenPlugins(t *testing.T) {
+	confs := map[string]string{
+		"hang.d/hang.conf":       `{"cdiVersion":"0.0.2","name":"h","type":"hang","plugin":"hang"}`,
+		"ghost.d/ghost.conf":     `{"cdiVersion":"0.0.2","name":"g","type":"ghost","plugin":"not-installed"}`,
+		"tty.d/generic-tty.conf": ctlConfs["tty.d/generic-tty.conf"],
+	}
+	n := newCtlNode(t, ctlHost(), confs)
+	n.script("hang", `if [ "$CDI_COMMAND" = VERSION ]; then echo '{"cdiVersion":"0.0.2","supportedVersions":["0.0.2"]}'; exit 0; fi; exec sleep 600`)
+	r := n.ctl("info", "--timeout", "500ms")
+	if r.status != 1 || !strings.Contains(r.stderr, "hang.conf") || !strings.Contains(r.stderr, "timeout") {
+		t.Fatalf("hang: %d\n%s", r.status, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "ghost.conf") || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("missing plugin: %s", r.stderr)
+	}
+	var caps map[string]any
+	r.json(t, &caps)
+	if caps["tty"] != float64(7) {
+		t.Fatalf("healthy plugin not reported: %s", r.stdout)
+	}
+	// ADD through the hanging plugin fails as a timeout and rolls back the tty.
+	r = n.ctl("add", "--id", "p", "--timeout", "500ms", "tty:1,hang:1")
+	if r.status != 1 || !strings.Contains(r.stdout, "timeout") {
+		t.Fatalf("add: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+	if recs := n.records("generic-tty"); len(recs) != 0 {
+		t.Fatalf("tty not rolled back: %v", recs)
+	}
+	// DEL reports the broken plugins and still exits 0.
+	if r := n.ctl("del", "--id", "p", "--timeout", "500ms"); r.status != 0 {
+		t.Fatalf("del: %d", r.status)
+	}
+}
