@@ -204,16 +204,6 @@ func (a *app) pluginErr(err error) {
 	fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
 }
 
-// writeJSON prints v indented, with a trailing newline.
-func (a *app) writeJSON(v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
-		return
-	}
-	a.stdout.Write(append(b, '\n'))
-}
-
 // writeFields prints an ordered JSON object.
 func (a *app) writeFields(fields []skel.Field) {
 	b, err := skel.EncodeObject(fields)
