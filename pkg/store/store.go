@@ -116,9 +116,16 @@ func Open(path string, opt Options) (s *Store, err error) {
 	} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+	fi, statErr := os.Stat(path)
+	switch {
+	case statErr == nil && !fi.Mode().IsRegular():
 		return nil, fmt.Errorf("%s is not a regular file: %w", path, ErrCorrupt)
+	case errors.Is(statErr, os.ErrNotExist) && !opt.ReadOnly:
+		if err := create(path); err != nil {
+			return nil, err
+		}
 	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer guard(path, &err)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      opt.Timeout,
@@ -137,6 +144,31 @@ func Open(path string, opt Options) (s *Store, err error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	return &Store{db: db, path: path}, nil
+}
+
+// create makes a new, initialised store file at path atomically: it is
+// built under a temporary name and linked into place, so a crash or a full
+// disk never leaves a half-initialised file that later opens would have to
+// call corrupt. If another process created the file first, its file wins.
+func create(path string) error {
+	tmp := fmt.Sprintf("%s.new-%d", path, os.Getpid())
+	_ = os.Remove(tmp)
+	defer os.Remove(tmp)
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", path, err)
+	}
+	err = db.Update(func(btx *bolt.Tx) error { return (&Tx{tx: btx, path: path}).init() })
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", path, err)
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating %s: %w", path, err)
+	}
+	return nil
 }
 
 // isFormatError reports errors bbolt returns for files that are not a

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -182,24 +181,4 @@ func IsPCIAddr(s string) bool {
 		}
 	}
 	return s[11] <= '7' && s[8] <= '1'
-}
-
-// NUMANode reads numa_node of a device directory: -1 when the kernel does
-// not know it, the file is missing, or it does not hold an integer.
-func NUMANode(dir string) int {
-	n, err := ReadInt(filepath.Join(dir, "numa_node"))
-	if err != nil || n < -1 {
-		return -1
-	}
-	return n
-}
-
-// LinkBase returns the base name of the symlink dir/name points to, such as
-// the driver of a device or the PF of a VF; "" when there is no link.
-func LinkBase(dir, name string) string {
-	t, err := os.Readlink(filepath.Join(dir, name))
-	if err != nil {
-		return ""
-	}
-	return filepath.Base(strings.TrimSuffix(t, "/"))
 }

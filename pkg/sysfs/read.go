@@ -3,6 +3,7 @@ package sysfs
 import (
 	"bytes"
 	"os"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -108,3 +109,80 @@ func readDirTypes(path string) ([]dirent, error) {
 
 // trim drops surrounding white space, as sysfs attributes end in a newline.
 func trim(b []byte) string { return string(bytes.TrimSpace(b)) }
+
+// Dir is an open sysfs directory. Attributes are read relative to it, so
+// each read resolves one path component instead of the whole path, and
+// opening it proves the directory exists (a class link may dangle).
+type Dir struct {
+	fd   int
+	Path string
+}
+
+// OpenDir opens a directory for relative reads. Close it when done.
+func OpenDir(path string) (*Dir, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return &Dir{fd: fd, Path: path}, nil
+}
+
+// Close releases the directory.
+func (d *Dir) Close() error { return unix.Close(d.fd) }
+
+// Attr reads an attribute file in the directory, trimmed.
+func (d *Dir) Attr(name string) (string, error) {
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: d.Path + "/" + name, Err: err}
+	}
+	defer unix.Close(fd)
+	var buf [256]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil {
+		return "", &os.PathError{Op: "read", Path: d.Path + "/" + name, Err: err}
+	}
+	return trim(buf[:n]), nil
+}
+
+// LinkBase returns the base name of the target of the symlink name in the
+// directory (the driver of a device, the PF of a VF), or "" when there is
+// no such link.
+func (d *Dir) LinkBase(name string) string {
+	var buf [unix.PathMax]byte
+	n, err := unix.Readlinkat(d.fd, name, buf[:])
+	if err != nil {
+		return ""
+	}
+	t := string(buf[:n])
+	for len(t) > 1 && t[len(t)-1] == '/' {
+		t = t[:len(t)-1]
+	}
+	if i := lastSlash(t); i >= 0 {
+		return t[i+1:]
+	}
+	return t
+}
+
+func lastSlash(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
+// NUMA reads numa_node: -1 when the kernel does not know it, the file is
+// missing, or it does not hold an integer.
+func (d *Dir) NUMA() int {
+	s, err := d.Attr("numa_node")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < -1 {
+		return -1
+	}
+	return n
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -27,19 +26,14 @@ func inventory(h *sysfs.Host, f filter, numa bool) ([]gpu, error) {
 	out := make([]gpu, 0, len(devs))
 	for _, d := range devs {
 		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1}}
-		g.Reason = check(h, f, d, &g.Device)
-		if g.Reason == "" && numa {
-			if _, isPCI := d.PCIAddr(); isPCI {
-				g.Device.NUMA = sysfs.NUMANode(d.Dir)
-			}
-		}
+		g.Reason = check(h, f, d, &g.Device, numa)
 		out = append(out, g)
 	}
 	return out, nil
 }
 
 // check fills dev and returns why the device is not usable, or "".
-func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device) string {
+func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device, numa bool) string {
 	addr, isPCI := d.PCIAddr()
 	if isPCI {
 		dev.Key = addr
@@ -52,17 +46,22 @@ func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device) string 
 	case !isPCI && (f.vendors != nil || f.devices != nil):
 		return "not a PCI device (id whitelist set)"
 	}
+	dir, err := sysfs.OpenDir(d.Dir)
+	if err != nil {
+		return "device directory missing (dangling class link)"
+	}
+	defer dir.Close()
 	if isPCI {
-		if f.vendors != nil && !f.vendors[attr(d.Dir, "vendor")] {
+		if f.vendors != nil && !f.vendors[lower(dir.Attr("vendor"))] {
 			return "vendor not in vendorid_whitelist"
 		}
-		if f.devices != nil && !f.devices[attr(d.Dir, "device")] {
+		if f.devices != nil && !f.devices[lower(dir.Attr("device"))] {
 			return "device not in deviceid_whitelist"
 		}
-		if f.addrs == nil && sysfs.LinkBase(d.Dir, "physfn") != "" {
+		if f.addrs == nil && dir.LinkBase("physfn") != "" {
 			return "SR-IOV VF (handed out only when pci_addresses names it)"
 		}
-		if n, _ := strconv.Atoi(attr(d.Dir, "sriov_numvfs")); n > 0 {
+		if n, _ := strconv.Atoi(lower(dir.Attr("sriov_numvfs"))); n > 0 {
 			return "SR-IOV PF with active VFs"
 		}
 	}
@@ -89,11 +88,16 @@ func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device) string 
 		}
 		return nodes
 	}
+	if numa && isPCI {
+		dev.NUMA = dir.NUMA()
+	}
 	return ""
 }
 
-// attr reads a small attribute in lower case; "" when unreadable.
-func attr(dir, name string) string {
-	v, _ := sysfs.ReadAttr(filepath.Join(dir, name))
+// lower returns an attribute in lower case; "" when it was unreadable.
+func lower(v string, err error) string {
+	if err != nil {
+		return ""
+	}
 	return strings.ToLower(v)
 }
