@@ -49,6 +49,12 @@ run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=ADD CDI_REQUEST=gpu:2 CDI_R
 run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=1234
 run drm gpu.d/drm.conf CDI_VERSION=0.0.1 CDI_COMMAND=DEL CDI_REQUEST_ID=3456
 
+echo
+echo "== sriov: VFs of a pre-partitioned PF, each chained to drm for its render node"
+run sriov vgpu.d/sriov.conf CDI_COMMAND=INFO
+run sriov vgpu.d/sriov.conf CDI_VERSION=0.0.2 CDI_COMMAND=ADD CDI_REQUEST=vgpu:2 CDI_REQUEST_ID=vm-1
+run sriov vgpu.d/sriov.conf CDI_VERSION=0.0.2 CDI_COMMAND=DEL CDI_REQUEST_ID=vm-1
+
 # ctl ARGS... : print and run a cdictl command.
 ctl() {
   echo
@@ -64,7 +70,7 @@ echo
 echo "== cdictl: the same node through the reference caller (configs in conf/)"
 ctl version -o table
 ctl info -o table
-ctl add --id pod-a --numa 1 gpu:1,tty:2
+ctl add --id pod-a --numa 1 gpu:1,tty:2,vgpu:1
 ctl add --id pod-b tty:1,gpu:9
 ctl ls -o table
 ctl del --id pod-a -o table

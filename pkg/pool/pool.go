@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/alloc"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
@@ -47,6 +48,38 @@ type Pool struct {
 	// Discover returns the usable devices present now, in any order. NUMA
 	// nodes are needed only when forAdd is true.
 	Discover func(forAdd bool) ([]Device, error)
+
+	// Hooks for plugins that set devices up (sriov); all optional.
+
+	// Prepare replaces Discover for ADD. It runs inside ADD's store
+	// transaction, while the plugin holds its store's lock, so it may
+	// change the host (create VFs) knowing what is allocated.
+	Prepare func(tx *store.Tx) ([]Device, error)
+	// Handout turns the devices chosen for one request item into the
+	// nodes handed out, with an undo that ADD calls if it fails later.
+	Handout func(item abnf.Item, chosen []Device) (h Handout, err error)
+	// Teardown runs before a record is deleted by DEL or GC. Its error is
+	// reported, and the record is deleted anyway.
+	Teardown func(rec *store.Record) error
+}
+
+// Handout is what a Handout hook produced for one request item.
+type Handout struct {
+	Nodes    []string
+	Delegate string // plugin chain-loaded, recorded for DEL
+	Undo     func()
+}
+
+// StrictNUMA parses a numa_policy arg: "" or "preferred" (false), or
+// "strict" (true).
+func StrictNUMA(policy string) (bool, error) {
+	switch policy {
+	case "", "preferred":
+		return false, nil
+	case "strict":
+		return true, nil
+	}
+	return false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy)
 }
 
 // Info counts the usable devices: the node's allocatable capacity.
@@ -91,13 +124,12 @@ func storeError(err error) error {
 // Add allocates the request in one store transaction, or replays an earlier
 // identical allocation.
 func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
-	devs, err := p.discover(true)
-	if err != nil {
-		return nil, err
-	}
-	present := make(map[string]Device, len(devs))
-	for _, d := range devs {
-		present[d.Key] = d
+	var devs []Device
+	if p.Prepare == nil {
+		var err error
+		if devs, err = p.discover(true); err != nil {
+			return nil, err
+		}
 	}
 	st, err := Open(p.Name, p.Call, false)
 	if err != nil {
@@ -106,10 +138,26 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 	defer st.Close()
 
 	c := p.Call
-	var held []store.Device
-	fresh := map[string]bool{} // devices allocated by this call, nodes already resolved
+	// held lists the allocations answered, each marked fresh when this
+	// call made it (its nodes were just resolved).
+	type answer struct {
+		store.Allocation
+		fresh bool
+	}
+	var held []answer
+	var undo []func()
+	present := map[string]Device{}
 	err = st.Update(func(tx *store.Tx) error {
 		held = held[:0]
+		if p.Prepare != nil {
+			if devs, err = p.Prepare(tx); err != nil {
+				return err
+			}
+		}
+		clear(present)
+		for _, d := range devs {
+			present[d.Key] = d
+		}
 		rec, err := tx.Get(c.RequestID)
 		if err != nil {
 			return err
@@ -125,7 +173,7 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 				if a.Amount != item.Amount {
 					return skel.Errorf(skel.CodeConflict, "request %q already holds %d of %s; asked for %d", c.RequestID, a.Amount, spec, item.Amount)
 				}
-				held = append(held, a.Devices...)
+				held = append(held, answer{*a, false})
 				continue
 			}
 			var free []Device
@@ -146,14 +194,30 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 				return err
 			}
 			a := store.Allocation{Spec: spec, Amount: item.Amount, Created: time.Now().UTC()}
-			for _, i := range pos {
-				d := free[i]
-				taken[d.Key] = true
-				fresh[d.Key] = true
-				a.Devices = append(a.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: d.NUMA})
+			chosen := make([]Device, len(pos))
+			for j, i := range pos {
+				chosen[j] = free[i]
+				taken[free[i].Key] = true
+			}
+			if p.Handout != nil {
+				h, err := p.Handout(item, chosen)
+				if err != nil {
+					return err
+				}
+				a.Nodes, a.Delegate = nonNil(h.Nodes), h.Delegate
+				if h.Undo != nil {
+					undo = append(undo, h.Undo)
+				}
+			}
+			for _, d := range chosen {
+				nodes := d.Nodes
+				if p.Handout == nil {
+					nodes = d.nodes()
+				}
+				a.Devices = append(a.Devices, store.Device{Key: d.Key, Nodes: nodes, NUMA: d.NUMA})
 			}
 			rec.Allocations = append(rec.Allocations, a)
-			held = append(held, a.Devices...)
+			held = append(held, answer{a, true})
 			changed = true
 		}
 		if !changed {
@@ -162,17 +226,28 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 		return tx.Put(rec)
 	})
 	if err != nil {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 		return nil, storeError(err)
 	}
 
 	res := &skel.AddResult{Devices: []string{}}
-	for _, d := range held {
-		nodes := d.Nodes
-		if now, ok := present[d.Key]; ok && !fresh[d.Key] {
-			nodes = now.nodes() // node names may have moved since the record was made
+	for _, a := range held {
+		for _, d := range a.Devices {
+			res.NUMA = appendNode(res.NUMA, d.NUMA)
 		}
-		res.Devices = append(res.Devices, nodes...)
-		res.NUMA = appendNode(res.NUMA, d.NUMA)
+		if a.Nodes != nil {
+			res.Devices = append(res.Devices, a.Nodes...)
+			continue
+		}
+		for _, d := range a.Devices {
+			nodes := d.Nodes
+			if now, ok := present[d.Key]; ok && !a.fresh {
+				nodes = now.nodes() // node names may have moved since the record was made
+			}
+			res.Devices = append(res.Devices, nodes...)
+		}
 	}
 	slices.Sort(res.NUMA)
 	return res, nil
@@ -196,20 +271,25 @@ func (p Pool) Del(context.Context) error {
 		return err
 	}
 	defer st.Close()
+	var teardownErr error
 	err = st.Update(func(tx *store.Tx) error {
-		rec, err := tx.Delete(p.Call.RequestID)
+		rec, err := tx.Get(p.Call.RequestID)
 		if err != nil {
 			return err
 		}
 		if rec == nil {
 			return skel.NewError(skel.CodeUnknownRequestID, "")
 		}
-		return nil
+		if p.Teardown != nil {
+			teardownErr = p.Teardown(rec)
+		}
+		_, err = tx.Delete(p.Call.RequestID)
+		return err
 	})
 	if err != nil {
 		return storeError(err)
 	}
-	return nil
+	return teardownErr
 }
 
 // GC frees every allocation whose request-id is not in the call's valid set.
@@ -225,7 +305,7 @@ func (p Pool) GC(context.Context) (*skel.GCResult, error) {
 	}
 	defer st.Close()
 	err = st.Update(func(tx *store.Tx) error {
-		res.Freed = res.Freed[:0]
+		res.Freed, res.Errors = res.Freed[:0], nil
 		var stale []string
 		err := tx.ForEach(func(r *store.Record) error {
 			if !p.Call.ValidIDs[r.ID] {
@@ -237,6 +317,15 @@ func (p Pool) GC(context.Context) (*skel.GCResult, error) {
 			return err
 		}
 		for _, id := range stale {
+			if p.Teardown != nil {
+				rec, err := tx.Get(id)
+				if err != nil {
+					return err
+				}
+				if err := p.Teardown(rec); err != nil {
+					res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", id, err))
+				}
+			}
 			if _, err := tx.Delete(id); err != nil {
 				return fmt.Errorf("freeing %q: %w", id, err)
 			}
@@ -248,4 +337,11 @@ func (p Pool) GC(context.Context) (*skel.GCResult, error) {
 		return nil, storeError(err)
 	}
 	return res, nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

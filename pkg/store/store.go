@@ -56,6 +56,24 @@ type Allocation struct {
 	Amount  int       `json:"amount"`
 	Devices []Device  `json:"devices"`
 	Created time.Time `json:"created"`
+	// Nodes, when set, is the node list handed out for the whole
+	// allocation, for plugins whose nodes do not belong to single devices
+	// (a delegate's answer, a shared /dev/vfio/vfio).
+	Nodes []string `json:"nodes,omitempty"`
+	// Delegate names the plugin chain-loaded for this allocation.
+	Delegate string `json:"delegate,omitempty"`
+}
+
+// HandedOut returns the node paths the allocation handed out.
+func (a *Allocation) HandedOut() []string {
+	if a.Nodes != nil {
+		return a.Nodes
+	}
+	var out []string
+	for _, d := range a.Devices {
+		out = append(out, d.Nodes...)
+	}
+	return out
 }
 
 // Record is everything one request-id holds in one plugin.

@@ -9,11 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readFile reads a small file with plain system calls. os.Open would also
+// readFile reads a small file with plain system calls. Files are opened
+// non-blocking, so that a FIFO planted where an attribute should be cannot
+// hang the plugin. os.Open would also
 // register every sysfs file with the runtime's poller; on the hot path,
 // where a command reads a few hundred attributes, that doubles the calls.
 func readFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -132,7 +134,7 @@ func (d *Dir) Close() error { return unix.Close(d.fd) }
 
 // Attr reads an attribute file in the directory, trimmed.
 func (d *Dir) Attr(name string) (string, error) {
-	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", &os.PathError{Op: "open", Path: d.Path + "/" + name, Err: err}
 	}

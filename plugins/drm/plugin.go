@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/skel"
@@ -63,57 +62,17 @@ func (a args) validate() (filter, bool, error) {
 		}
 	}
 	var err error
-	if f.vendors, err = idSet("vendorid_whitelist", a.VendorIDWhitelist); err != nil {
+	if f.vendors, err = sysfs.IDSet("vendorid_whitelist", a.VendorIDWhitelist); err != nil {
 		return f, false, err
 	}
-	if f.devices, err = idSet("deviceid_whitelist", a.DeviceIDWhitelist); err != nil {
+	if f.devices, err = sysfs.IDSet("deviceid_whitelist", a.DeviceIDWhitelist); err != nil {
 		return f, false, err
 	}
-	if a.PCIAddresses != nil {
-		f.addrs = map[string]bool{}
-		for _, addr := range a.PCIAddresses {
-			norm := strings.ToLower(addr)
-			if !sysfs.IsPCIAddr(norm) {
-				return f, false, fmt.Errorf("pci_addresses: %q is not a PCI address such as 0000:03:00.0", addr)
-			}
-			f.addrs[norm] = true
-		}
+	if f.addrs, err = sysfs.AddrSet("pci_addresses", a.PCIAddresses); err != nil {
+		return f, false, err
 	}
-	switch a.NUMAPolicy {
-	case "", "preferred":
-		return f, false, nil
-	case "strict":
-		return f, true, nil
-	}
-	return f, false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", a.NUMAPolicy)
-}
-
-// idSet validates a list of PCI ids ("0x1234", any case).
-func idSet(field string, ids []string) (map[string]bool, error) {
-	if ids == nil {
-		return nil, nil
-	}
-	set := map[string]bool{}
-	for _, id := range ids {
-		norm := strings.ToLower(id)
-		if !validID(norm) {
-			return nil, fmt.Errorf("%s: %q is not a PCI id such as \"0x10de\"", field, id)
-		}
-		set[norm] = true
-	}
-	return set, nil
-}
-
-func validID(s string) bool {
-	if len(s) != 6 || !strings.HasPrefix(s, "0x") {
-		return false
-	}
-	for _, c := range s[2:] {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	strict, err := pool.StrictNUMA(a.NUMAPolicy)
+	return f, strict, err
 }
 
 type plugin struct {

@@ -237,3 +237,38 @@ func TestCdictlBrokenPlugins(t *testing.T) {
 		t.Fatalf("del: %d", r.status)
 	}
 }
+
+// The bundled configs in conf/ on the bundled demo host: what `make demo`
+// shows, including the sriov → drm chain on the pre-partitioned PF.
+func TestBundledConfigsOnDemoHost(t *testing.T) {
+	h, err := fixture.Load("../../demo/host.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &ctlNode{node: newNode(t, h), scripts: t.TempDir()}
+	n.conf, err = filepath.Abs("../../conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := n.ctl("info")
+	var caps map[string]any
+	r.json(t, &caps)
+	if r.status != 0 || caps["gpu"] != float64(4) || caps["tty"] != float64(51) || caps["vgpu"] != float64(4) {
+		t.Fatalf("info: %s %s", r.stdout, r.stderr)
+	}
+	r = n.ctl("add", "--id", "demo", "gpu:1,vgpu:2,tty:1")
+	var add struct{ Devices []string }
+	r.json(t, &add)
+	want := "/dev/dri/card0 /dev/dri/renderD128 /dev/dri/renderD134 /dev/dri/renderD135 /dev/tty13"
+	if r.status != 0 || strings.Join(add.Devices, " ") != want {
+		t.Fatalf("add: %s %s", r.stdout, r.stderr)
+	}
+	if r := n.ctl("del", "--id", "demo"); r.status != 0 {
+		t.Fatal(r.stdout)
+	}
+	for _, p := range []string{"drm", "sriov", "generic-tty"} {
+		if recs := n.records(p); len(recs) != 0 {
+			t.Errorf("%s still holds %v", p, recs)
+		}
+	}
+}

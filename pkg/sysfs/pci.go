@@ -1,0 +1,125 @@
+package sysfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// IDSet validates a list of PCI ids ("0x10de", any case) and returns them
+// lower-cased as a set; nil for a nil list (no filter).
+func IDSet(field string, ids []string) (map[string]bool, error) {
+	if ids == nil {
+		return nil, nil
+	}
+	set := map[string]bool{}
+	for _, id := range ids {
+		norm := strings.ToLower(id)
+		if !validID(norm) {
+			return nil, fmt.Errorf("%s: %q is not a PCI id such as \"0x10de\"", field, id)
+		}
+		set[norm] = true
+	}
+	return set, nil
+}
+
+func validID(s string) bool {
+	if len(s) != 6 || !strings.HasPrefix(s, "0x") {
+		return false
+	}
+	for _, c := range s[2:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// AddrSet validates a list of PCI addresses and returns them lower-cased as
+// a set; nil for a nil list.
+func AddrSet(field string, addrs []string) (map[string]bool, error) {
+	if addrs == nil {
+		return nil, nil
+	}
+	set := map[string]bool{}
+	for _, a := range addrs {
+		norm := strings.ToLower(a)
+		if !IsPCIAddr(norm) {
+			return nil, fmt.Errorf("%s: %q is not a PCI address such as 0000:03:00.0", field, a)
+		}
+		set[norm] = true
+	}
+	return set, nil
+}
+
+// PCIDir returns the host path of a PCI function's device directory link.
+func (h *Host) PCIDir(addr string) string {
+	return h.Sys("bus", "pci", "devices", addr)
+}
+
+// PCIFunctions lists the PCI addresses in /sys/bus/pci/devices, sorted.
+func (h *Host) PCIFunctions() ([]string, error) {
+	names, err := readDirNames(h.Sys("bus", "pci", "devices"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	slices.Sort(names)
+	return names, err
+}
+
+// VFs lists the addresses of a PF's VFs from its virtfnN links, in VF
+// order, reading at most count links.
+func VFs(pf *Dir, count int) []string {
+	var out []string
+	for k := range count {
+		if a := pf.LinkBase(fmt.Sprintf("virtfn%d", k)); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// WriteAttr writes value to a sysfs attribute, bounded by ctx: a write
+// that blocks (a driver stuck in probe) is abandoned with an error that
+// names the file, rather than hanging the caller. The errno of a failed
+// write is kept (ERANGE, EBUSY, ENOENT...).
+func WriteAttr(ctx context.Context, path, value string) error {
+	done := make(chan error, 1)
+	go func() {
+		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- &os.PathError{Op: "open", Path: path, Err: err}
+			return
+		}
+		defer unix.Close(fd)
+		if _, err := unix.Write(fd, []byte(value)); err != nil {
+			done <- &os.PathError{Op: "write", Path: path, Err: err}
+			return
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("write %q to %s: no completion: %w", value, path, ctx.Err())
+	}
+}
+
+// WaitFor polls until ok returns true or ctx ends.
+func WaitFor(ctx context.Context, what string, ok func() bool) error {
+	for !ok() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}

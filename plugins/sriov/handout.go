@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/invoke"
+	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+var errENOENT = unix.ENOENT
+
+// handout binds the chosen VFs to vf_driver when configured, then gets
+// their nodes from the delegate, or their VFIO groups.
+func (p *plugin) handout(item abnf.Item, chosen []pool.Device) (pool.Handout, error) {
+	addrs := make([]string, len(chosen))
+	for i, d := range chosen {
+		addrs[i] = d.Key
+	}
+	if p.vfDriver != "" {
+		for _, a := range addrs {
+			if err := p.bind(a); err != nil {
+				return pool.Handout{}, err
+			}
+		}
+	}
+	if p.delegate == nil {
+		nodes, err := p.vfio(addrs)
+		return pool.Handout{Nodes: nodes}, err
+	}
+	devices, err := p.delegateAdd(item, addrs)
+	if err != nil {
+		return pool.Handout{}, err
+	}
+	undo := func() {
+		if err := p.delegateDel(p.delegate.Plugin, p.call.RequestID, addrs); err != nil {
+			p.call.Warnf("rolling back delegate %s: %v", p.delegate.Plugin, err)
+		}
+	}
+	return pool.Handout{Nodes: devices, Delegate: p.delegate.Plugin, Undo: undo}, nil
+}
+
+// bind makes sure a VF is bound to vf_driver, through driver_override and
+// a probe, each bounded by the setup timeout.
+func (p *plugin) bind(addr string) error {
+	dir := p.host.PCIDir(addr)
+	d, err := sysfs.OpenDir(dir)
+	if err != nil {
+		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+	}
+	defer d.Close()
+	if d.LinkBase("driver") == p.vfDriver {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	if err := sysfs.WriteAttr(ctx, dir+"/driver_override", p.vfDriver); err != nil {
+		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+	}
+	if d.LinkBase("driver") != "" {
+		if err := sysfs.WriteAttr(ctx, dir+"/driver/unbind", addr); err != nil {
+			return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		}
+	}
+	if err := sysfs.WriteAttr(ctx, p.host.Sys("bus", "pci", "drivers_probe"), addr); err != nil {
+		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+	}
+	err = sysfs.WaitFor(ctx, fmt.Sprintf("%s bound to %s", addr, p.vfDriver), func() bool {
+		return d.LinkBase("driver") == p.vfDriver
+	})
+	if err != nil {
+		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+	}
+	return nil
+}
+
+// vfio returns each VF's VFIO group node, then the container node.
+func (p *plugin) vfio(addrs []string) ([]string, error) {
+	var nodes []string
+	for _, a := range addrs {
+		d, err := sysfs.OpenDir(p.host.PCIDir(a))
+		if err != nil {
+			return nil, skel.Errorf(skel.CodeSetup, "VF %s: %w", a, err)
+		}
+		group := d.LinkBase("iommu_group")
+		d.Close()
+		if group == "" {
+			return nil, skel.Errorf(skel.CodeSetup, "VF %s has no IOMMU group (is the IOMMU enabled?)", a)
+		}
+		node := ""
+		for _, name := range []string{"vfio/" + group, "vfio/noiommu-" + group} {
+			if p.host.NodeExists(name) {
+				node = "/dev/" + name
+				break
+			}
+		}
+		if node == "" {
+			return nil, skel.Errorf(skel.CodeSetup, "VF %s: no /dev/vfio/%s; is it bound to vfio-pci?", a, group)
+		}
+		if !slices.Contains(nodes, node) {
+			nodes = append(nodes, node)
+		}
+	}
+	if !p.host.NodeExists("vfio/vfio") {
+		return nil, skel.Errorf(skel.CodeSetup, "/dev/vfio/vfio does not exist (is vfio loaded?)")
+	}
+	return append(nodes, "/dev/vfio/vfio"), nil
+}
+
+// delegateConfig is the config the delegate gets: its args plus the VFs in
+// pci_addresses, under our type and version.
+func (p *plugin) delegateConfig(plugin string, addrs []string) ([]byte, error) {
+	args := map[string]any{}
+	if p.delegate != nil && p.delegate.Plugin == plugin && len(p.delegate.Args) > 0 && string(p.delegate.Args) != "null" {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(p.delegate.Args, &m); err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			args[k] = v
+		}
+	}
+	args["pci_addresses"] = addrs
+	return json.Marshal(map[string]any{
+		"cdiVersion": p.call.Version,
+		"name":       p.call.Config.Name + " (delegate)",
+		"type":       p.call.Config.Type,
+		"plugin":     plugin,
+		"args":       args,
+	})
+}
+
+func (p *plugin) runDelegate(plugin, id string, addrs []string, env ...string) (*invoke.Reply, error) {
+	conf, err := p.delegateConfig(plugin, addrs)
+	if err != nil {
+		return nil, err
+	}
+	env = append(env, "CDI_VERSION="+p.call.Version, "CDI_REQUEST_ID="+id)
+	return invoke.Run(context.Background(), invoke.Call{Plugin: plugin, Path: p.call.Env.Path, Env: env, Config: conf})
+}
+
+// delegateAdd runs the delegate's ADD for the chosen VFs.
+func (p *plugin) delegateAdd(item abnf.Item, addrs []string) ([]string, error) {
+	numa := ""
+	if p.call.Locality != nil {
+		s := make([]string, len(p.call.Locality))
+		for i, n := range p.call.Locality {
+			s[i] = fmt.Sprint(n)
+		}
+		numa = strings.Join(s, ",")
+	}
+	r, err := p.runDelegate(p.delegate.Plugin, p.call.RequestID, addrs, "CDI_COMMAND=ADD",
+		fmt.Sprintf("CDI_REQUEST=%s:%d", item.Spec, len(addrs)), "CDI_REQUEST_NUMA_LOCALITY="+numa)
+	if err != nil {
+		return nil, delegateError(p.delegate.Plugin, err)
+	}
+	var devices []string
+	if err := json.Unmarshal(r.Object["devices"], &devices); err != nil {
+		return nil, skel.Errorf(skel.CodeDelegate, "delegate %s: answer has no devices list: %s", p.delegate.Plugin, r.Raw)
+	}
+	return devices, nil
+}
+
+// delegateDel runs the delegate's DEL; an unknown request-id is fine.
+func (p *plugin) delegateDel(plugin, id string, addrs []string) error {
+	_, err := p.runDelegate(plugin, id, addrs, "CDI_COMMAND=DEL", "CDI_REQUEST=", "CDI_REQUEST_NUMA_LOCALITY=")
+	var pe *invoke.Error
+	if errors.As(err, &pe) && pe.Code == skel.CodeUnknownRequestID {
+		return nil
+	}
+	if err != nil {
+		return delegateError(plugin, err)
+	}
+	return nil
+}
+
+// teardown sends DEL to the delegates of a record before it is deleted.
+func (p *plugin) teardown(rec *store.Record) error {
+	var errs []error
+	for _, a := range rec.Allocations {
+		if a.Delegate == "" {
+			continue
+		}
+		keys := make([]string, len(a.Devices))
+		for i, d := range a.Devices {
+			keys[i] = d.Key
+		}
+		if err := p.delegateDel(a.Delegate, rec.ID, keys); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// delegateError is code 108 with the delegate's own error in details.
+func delegateError(plugin string, err error) error {
+	var pe *invoke.Error
+	if errors.As(err, &pe) {
+		b, _ := json.Marshal(pe)
+		return skel.Errorf(skel.CodeDelegate, "delegate %s failed: %s", plugin, b)
+	}
+	return skel.Errorf(skel.CodeDelegate, "delegate %s failed: %v", plugin, err)
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+// pf is a selected physical function.
+type pf struct {
+	addr    string
+	dir     *sysfs.Dir
+	total   int // sriov_totalvfs
+	current int // sriov_numvfs
+	numa    int
+}
+
+// pfs returns the selected PFs present on the host, in address order. The
+// caller closes their directories.
+func (p *plugin) pfs() ([]pf, error) {
+	all, err := p.host.PCIFunctions()
+	if err != nil {
+		return nil, err
+	}
+	var out []pf
+	for _, addr := range all {
+		if p.addrs != nil && !p.addrs[addr] {
+			continue
+		}
+		dir, err := sysfs.OpenDir(p.host.PCIDir(addr))
+		if err != nil {
+			continue
+		}
+		total, err := intAttr(dir, "sriov_totalvfs")
+		if err != nil || total < 1 {
+			dir.Close()
+			continue // not SR-IOV capable
+		}
+		if p.vendors != nil && !p.vendors[lowerAttr(dir, "vendor")] || p.devices != nil && !p.devices[lowerAttr(dir, "device")] {
+			dir.Close()
+			continue
+		}
+		current, _ := intAttr(dir, "sriov_numvfs")
+		out = append(out, pf{addr: addr, dir: dir, total: total, current: current, numa: dir.NUMA()})
+	}
+	return out, nil
+}
+
+func intAttr(d *sysfs.Dir, name string) (int, error) {
+	s, err := d.Attr(name)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(s)
+}
+
+func lowerAttr(d *sysfs.Dir, name string) string {
+	s, _ := d.Attr(name)
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// plan returns the values to write to sriov_numvfs to go from current to
+// want VFs, following the kernel's rules (drivers/pci/iov.c): nothing when
+// the count is right; never more than total (ERANGE); 0 first when changing
+// one non-zero count to another (EBUSY); and never a change while any VF is
+// allocated.
+func plan(current, total, want int, busy bool) ([]int, error) {
+	want = min(want, total)
+	switch {
+	case current == want:
+		return nil, nil
+	case busy:
+		return nil, nil // keep the PF as it is; its VFs are in use
+	case want < 0:
+		return nil, fmt.Errorf("invalid VF count %d", want)
+	case current == 0:
+		return []int{want}, nil
+	}
+	return []int{0, want}, nil
+}
+
+// prepare runs inside ADD's store transaction: it makes sure each selected
+// PF has its VFs and returns the VFs as candidates.
+func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
+	pfs, err := p.pfs()
+	if err != nil {
+		return nil, skel.Errorf(skel.CodeInternal, "finding PFs: %w", err)
+	}
+	defer func() {
+		for _, f := range pfs {
+			f.dir.Close()
+		}
+	}()
+	var devs []pool.Device
+	for i, f := range pfs {
+		vfs := sysfs.VFs(f.dir, f.current)
+		busy := false
+		for _, vf := range vfs {
+			busy = busy || tx.Holder(vf) != ""
+		}
+		writes, err := plan(f.current, f.total, p.numVFs, busy)
+		if err != nil {
+			return nil, skel.Errorf(skel.CodeSetup, "PF %s: %w", f.addr, err)
+		}
+		if len(writes) > 0 {
+			if err := p.partition(f, writes); err != nil {
+				return nil, err
+			}
+			f.current = writes[len(writes)-1]
+			vfs = sysfs.VFs(f.dir, f.current)
+		}
+		for k, vf := range vfs {
+			numa := f.numa
+			if d, err := sysfs.OpenDir(p.host.PCIDir(vf)); err == nil {
+				if n := d.NUMA(); n >= 0 {
+					numa = n
+				}
+				d.Close()
+			}
+			devs = append(devs, pool.Device{Key: vf, Index: i<<16 | k, NUMA: numa})
+		}
+	}
+	return devs, nil
+}
+
+// partition performs the writes of a plan on one PF, each bounded by the
+// setup timeout, and waits for the kernel to create the VFs' links.
+func (p *plugin) partition(f pf, writes []int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	if p.autoprobe != nil {
+		v := "0"
+		if *p.autoprobe {
+			v = "1"
+		}
+		if err := sysfs.WriteAttr(ctx, f.dir.Path+"/sriov_drivers_autoprobe", v); err != nil {
+			return setupError(f.addr, err)
+		}
+	}
+	// The kernel applies a write before it returns; waiting for the links
+	// to match after each write also covers a slow udev or a simulated
+	// kernel, and keeps "0, then N" in order.
+	for _, n := range writes {
+		if err := sysfs.WriteAttr(ctx, f.dir.Path+"/sriov_numvfs", strconv.Itoa(n)); err != nil {
+			return setupError(f.addr, err)
+		}
+		err := sysfs.WaitFor(ctx, fmt.Sprintf("%d VFs of %s", n, f.addr), func() bool {
+			return len(sysfs.VFs(f.dir, n+1)) == n
+		})
+		if err != nil {
+			return setupError(f.addr, err)
+		}
+	}
+	return nil
+}
+
+// setupError is code 107, naming the PF and the failing file and errno.
+func setupError(addr string, err error) error {
+	hint := ""
+	if errors.Is(err, errENOENT) {
+		hint = " (ENOENT: does the PF have a driver bound?)"
+	}
+	return skel.Errorf(skel.CodeSetup, "PF %s: %w%s", addr, err, hint)
+}

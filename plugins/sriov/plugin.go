@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+const name = "sriov"
+
+var about = skel.About{New: newPlugin}
+
+// args are the sriov plugin's config args (docs/chaining.md).
+type args struct {
+	PFPCIAddresses   []string  `json:"pf_pci_addresses"`
+	PFVendorIDs      []string  `json:"pf_vendorid_whitelist"`
+	PFDeviceIDs      []string  `json:"pf_deviceid_whitelist"`
+	NumVFs           int       `json:"num_vfs"`
+	VFDriver         string    `json:"vf_driver"`
+	DriversAutoprobe *bool     `json:"drivers_autoprobe"`
+	Delegate         *delegate `json:"delegate"`
+	NUMAPolicy       string    `json:"numa_policy"`
+	SetupTimeout     string    `json:"setup_timeout"`
+}
+
+// delegate is the plugin chain-loaded for the VFs handed out.
+type delegate struct {
+	Plugin string          `json:"plugin"`
+	Args   json.RawMessage `json:"args"`
+}
+
+type plugin struct {
+	call      *skel.Call
+	host      *sysfs.Host
+	pool      pool.Pool
+	addrs     map[string]bool
+	vendors   map[string]bool
+	devices   map[string]bool
+	numVFs    int
+	vfDriver  string
+	autoprobe *bool
+	delegate  *delegate
+	timeout   time.Duration
+}
+
+func newPlugin(c *skel.Call) (skel.Plugin, error) {
+	var a args
+	if err := c.Config.DecodeArgs(&a); err != nil {
+		return nil, err
+	}
+	p := &plugin{call: c, host: sysfs.NewHost(c.Env.HostRoot), numVFs: a.NumVFs, vfDriver: a.VFDriver,
+		autoprobe: a.DriversAutoprobe, delegate: a.Delegate, timeout: 10 * time.Second}
+	var err error
+	if p.addrs, err = sysfs.AddrSet("pf_pci_addresses", a.PFPCIAddresses); err != nil {
+		return nil, err
+	}
+	if p.vendors, err = sysfs.IDSet("pf_vendorid_whitelist", a.PFVendorIDs); err != nil {
+		return nil, err
+	}
+	if p.devices, err = sysfs.IDSet("pf_deviceid_whitelist", a.PFDeviceIDs); err != nil {
+		return nil, err
+	}
+	if len(p.addrs) == 0 && len(p.vendors) == 0 && len(p.devices) == 0 {
+		return nil, errors.New("no PF selected: set pf_pci_addresses or pf_vendorid_whitelist/pf_deviceid_whitelist")
+	}
+	if a.NumVFs < 1 {
+		return nil, fmt.Errorf("num_vfs must be at least 1, got %d", a.NumVFs)
+	}
+	if strings.ContainsAny(a.VFDriver, "/\n\x00") {
+		return nil, fmt.Errorf("vf_driver %q is not a driver name", a.VFDriver)
+	}
+	if d := a.Delegate; d != nil {
+		if d.Plugin == "" || strings.ContainsAny(d.Plugin, "/\x00") {
+			return nil, fmt.Errorf("delegate.plugin %q must be a bare binary name", d.Plugin)
+		}
+		if len(d.Args) > 0 && string(d.Args) != "null" {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(d.Args, &m); err != nil {
+				return nil, fmt.Errorf("delegate.args must be an object: %w", err)
+			}
+		}
+	}
+	if a.SetupTimeout != "" {
+		if p.timeout, err = skel.ParseTimeout(a.SetupTimeout); err != nil {
+			return nil, fmt.Errorf("setup_timeout: %w", err)
+		}
+	}
+	strict, err := pool.StrictNUMA(a.NUMAPolicy)
+	if err != nil {
+		return nil, err
+	}
+	p.pool = pool.Pool{Name: name, Call: c, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
+	return p, nil
+}
+
+// Info reports the VFs the selected PFs provide or will provide.
+func (p *plugin) Info(context.Context, *skel.Call) (map[string]int, error) {
+	pfs, err := p.pfs()
+	if err != nil {
+		return nil, skel.Errorf(skel.CodeInternal, "finding PFs: %w", err)
+	}
+	n := 0
+	for _, pf := range pfs {
+		n += min(p.numVFs, pf.total)
+		pf.dir.Close()
+	}
+	return map[string]int{p.call.Config.Type: n}, nil
+}
+
+func (p *plugin) Add(ctx context.Context, _ *skel.Call) (*skel.AddResult, error) {
+	return p.pool.Add(ctx)
+}
+
+func (p *plugin) Del(ctx context.Context, _ *skel.Call) error {
+	return p.pool.Del(ctx)
+}
+
+func (p *plugin) GC(ctx context.Context, _ *skel.Call) (*skel.GCResult, error) {
+	return p.pool.GC(ctx)
+}

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cdi-exec/plugins/test/fixture"
+)
+
+// sriovHost has an SR-IOV GPU PF (8 VFs possible, none created) and a
+// plain GPU.
+func sriovHost() fixture.Host {
+	return fixture.Host{GPUs: []fixture.GPU{
+		{Addr: "0000:03:00.0", Vendor: "0x8086", Device: "0x56c0", NUMA: fixture.Int(0), Driver: "i915",
+			Card: 0, Render: 128, Control: -1, TotalVFs: 8, IOMMUGroup: fixture.Int(3)},
+		gpuAt("0000:04:00.0", "0x8086", 0, 1),
+	}}
+}
+
+// sriovNode is a node with the simulated kernel running.
+func sriovNode(t *testing.T, h fixture.Host) *ctlNode {
+	t.Helper()
+	n := newCtlNode(t, h, nil)
+	k, err := fixture.StartKernel(n.root, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		k.Stop()
+		if r := k.Refused(); len(r) > 0 {
+			t.Errorf("the kernel refused writes: %v", r)
+		}
+	})
+	return n
+}
+
+func sriovConf(args string) string {
+	return `{"cdiVersion":"0.0.2","name":"vgpus","type":"vgpu","plugin":"sriov","args":` + args + `}`
+}
+
+const drmDelegate = `"delegate":{"plugin":"drm","args":{"want_device_nodes":["render"]}}`
+
+func (n *ctlNode) sriov(conf string, env ...string) result {
+	n.t.Helper()
+	return runBin(n.t, filepath.Join(binDir, "sriov"), conf, append([]string{
+		"CDI_HOST_ROOT=" + n.root, "CDI_STATE_DIR=" + n.state, "CDI_PATH=" + n.scripts + ":" + binDir,
+	}, env...))
+}
+
+func (n *ctlNode) numVFs(pf string) string {
+	b, err := os.ReadFile(filepath.Join(n.root, "sys/bus/pci/devices", pf, "sriov_numvfs"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestSRIOVDelegateToDRM(t *testing.T) {
+	n := sriovNode(t, sriovHost())
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":4,` + drmDelegate + `}`)
+	if got := n.sriov(conf, "CDI_COMMAND=INFO").obj(t)["vgpu"]; got != float64(4) {
+		t.Fatalf("INFO = %v", got)
+	}
+	if n.numVFs("0000:03:00.0") != "0" {
+		t.Fatal("INFO partitioned the PF")
+	}
+	// The first ADD creates the VFs and hands out the first VF's render node.
+	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=a")
+	if r.status != 0 || strings.Join(r.devices(t), " ") != "/dev/dri/renderD160" {
+		t.Fatalf("ADD: %s %s", r.stdout, r.stderr)
+	}
+	if n.numVFs("0000:03:00.0") != "4" {
+		t.Fatalf("numvfs = %s", n.numVFs("0000:03:00.0"))
+	}
+	// The second reuses them.
+	vf0, _ := os.Stat(filepath.Join(n.root, "sys/devices/pci0000:03/0000:03:00.1"))
+	r = n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:2", "CDI_REQUEST_ID=b")
+	if r.status != 0 || strings.Join(r.devices(t), " ") != "/dev/dri/renderD161 /dev/dri/renderD162" {
+		t.Fatalf("second ADD: %s", r.stdout)
+	}
+	if again, _ := os.Stat(filepath.Join(n.root, "sys/devices/pci0000:03/0000:03:00.1")); !os.SameFile(vf0, again) {
+		t.Fatal("VFs were re-created")
+	}
+	// The delegate recorded exactly those VFs under the same request-ids.
+	drm := n.records("drm")
+	if drm["a"] == nil || drm["a"].Devices()[0].Key != "0000:03:00.1" || len(drm["b"].Devices()) != 2 {
+		t.Fatalf("drm store: %+v", drm)
+	}
+	// Replay answers from the record.
+	if r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=a"); strings.Join(r.devices(t), " ") != "/dev/dri/renderD160" {
+		t.Fatalf("replay: %s", r.stdout)
+	}
+	// A plain drm config sees neither the PF (it has VFs) nor the VFs.
+	plain := drmConf(`{}`)
+	if got := n.run("drm", plain, "CDI_COMMAND=INFO").obj(t)["gpu"]; got != float64(1) {
+		t.Fatalf("plain drm INFO = %v", got)
+	}
+	if d := n.run("drm", plain, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=p").devices(t); d[0] != "/dev/dri/card1" {
+		t.Fatalf("plain drm ADD: %v", d)
+	}
+	// Changing num_vfs while VFs are allocated never re-partitions.
+	two := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,` + drmDelegate + `}`)
+	if r := n.sriov(two, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=c"); r.status != 0 || n.numVFs("0000:03:00.0") != "4" {
+		t.Fatalf("busy PF: %s numvfs=%s", r.stdout, n.numVFs("0000:03:00.0"))
+	}
+	// DEL chains to the delegate; the VFs stay.
+	for _, id := range []string{"a", "b", "c"} {
+		if r := n.sriov(conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID="+id); r.status != 0 || r.stdout != "" {
+			t.Fatalf("DEL %s: %s", id, r.stdout)
+		}
+	}
+	if drm := n.records("drm"); len(drm) != 1 || drm["p"] == nil {
+		t.Fatalf("delegate records after DEL: %v", drm)
+	}
+	if len(n.records("sriov")) != 0 || n.numVFs("0000:03:00.0") != "4" {
+		t.Fatal("sriov records left or VFs removed")
+	}
+	// With nothing allocated, a new count is applied: 0 first, then 2.
+	if r := n.sriov(two, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:2", "CDI_REQUEST_ID=d"); r.status != 0 || n.numVFs("0000:03:00.0") != "2" {
+		t.Fatalf("re-partition: %s numvfs=%s", r.stdout, n.numVFs("0000:03:00.0"))
+	}
+	if r := n.sriov(two, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=e"); r.code(t) != 103 {
+		t.Fatalf("beyond the VFs: %s", r.stdout)
+	}
+}
+
+func TestSRIOVVFIO(t *testing.T) {
+	n := sriovNode(t, sriovHost())
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"vf_driver":"vfio-pci","drivers_autoprobe":false}`)
+	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:2", "CDI_REQUEST_ID=v")
+	if r.status != 0 || strings.Join(r.devices(t), " ") != "/dev/vfio/301 /dev/vfio/302 /dev/vfio/vfio" {
+		t.Fatalf("ADD: %s %s", r.stdout, r.stderr)
+	}
+	drv, _ := os.Readlink(filepath.Join(n.root, "sys/bus/pci/devices/0000:03:00.1/driver"))
+	if filepath.Base(drv) != "vfio-pci" {
+		t.Fatalf("VF bound to %q", drv)
+	}
+	if r := n.sriov(conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=v"); r.status != 0 || r.stdout != "" {
+		t.Fatalf("DEL: %s", r.stdout)
+	}
+}
+
+// A failing delegate fails the ADD with 108 carrying its error, and
+// nothing stays allocated.
+func TestSRIOVDelegateFailureRollsBack(t *testing.T) {
+	n := sriovNode(t, sriovHost())
+	n.script("broken", `cat >/dev/null; echo '{"cdiVersion":"0.0.2","code":103,"msg":"Insufficient free resources","details":"nope"}'; exit 1`)
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"delegate":{"plugin":"broken"}}`)
+	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=x")
+	if r.status != 1 || r.code(t) != 108 || !strings.Contains(r.stdout, `\"code\":103`) {
+		t.Fatalf("ADD: %s", r.stdout)
+	}
+	if recs := n.records("sriov"); len(recs) != 0 {
+		t.Fatalf("records left: %v", recs)
+	}
+	// A delegate missing from CDI_PATH is 108 too.
+	conf = sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"delegate":{"plugin":"absent"}}`)
+	if r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=x"); r.code(t) != 108 {
+		t.Fatalf("missing delegate: %s", r.stdout)
+	}
+}
+
+// A write to sriov_numvfs that never completes is bounded: 107 naming the
+// file.
+func TestSRIOVSetupTimeout(t *testing.T) {
+	h := sriovHost()
+	n := newCtlNode(t, h, nil)
+	p := filepath.Join(n.root, "sys/devices/pci0000:03/0000:03:00.0/sriov_numvfs")
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// numvfs reads block on a FIFO too; the PF's count comes from INFO-free
+	// ADD only, so give the plugin a reader-less FIFO to write to.
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"setup_timeout":"300ms"}`)
+	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=t")
+	if r.status != 1 || r.code(t) != 107 || !strings.Contains(r.stdout, "sriov_numvfs") {
+		t.Fatalf("ADD: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+}
+
+// Without a PF driver the kernel refuses the write; without any VFs the
+// ADD cannot complete, and both are clear errors.
+func TestSRIOVArgErrors(t *testing.T) {
+	n := newCtlNode(t, sriovHost(), nil)
+	for _, args := range []string{
+		`{"num_vfs":2}`,
+		`{"pf_pci_addresses":["0000:03:00.0"]}`,
+		`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":0}`,
+		`{"pf_pci_addresses":["3:00.0"],"num_vfs":2}`,
+		`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"delegate":{"plugin":"../drm"}}`,
+		`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"numvfs":2}`,
+		`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"setup_timeout":"soon"}`,
+	} {
+		if r := n.sriov(sriovConf(args), "CDI_COMMAND=INFO"); r.code(t) != 101 {
+			t.Errorf("%s: %s", args, r.stdout)
+		}
+	}
+}
