@@ -3,6 +3,14 @@ module github.com/cdi-exec/plugins
 go 1.26.0
 
 require (
-	go.etcd.io/bbolt v1.5.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/opencontainers/runtime-spec v1.3.0
+	go.etcd.io/bbolt v1.5.0
+	golang.org/x/sys v0.49.0
+	tags.cncf.io/container-device-interface v1.1.1
+	tags.cncf.io/container-device-interface/specs-go v1.1.1
+)
+
+require (
+	github.com/fsnotify/fsnotify v1.7.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )

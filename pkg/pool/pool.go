@@ -14,6 +14,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
 )
@@ -121,6 +122,13 @@ func storeError(err error) error {
 	return skel.Errorf(skel.CodeStore, "%w", err)
 }
 
+// answer is an allocation an ADD answers with, marked fresh when this
+// call made it (its nodes were just resolved).
+type answer struct {
+	store.Allocation
+	fresh bool
+}
+
 // Add allocates the request in one store transaction, or replays an earlier
 // identical allocation.
 func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
@@ -138,14 +146,9 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 	defer st.Close()
 
 	c := p.Call
-	// held lists the allocations answered, each marked fresh when this
-	// call made it (its nodes were just resolved).
-	type answer struct {
-		store.Allocation
-		fresh bool
-	}
 	var held []answer
 	var undo []func()
+	var final store.Record // the request's record after this call
 	present := map[string]Device{}
 	err = st.Update(func(tx *store.Tx) error {
 		held = held[:0]
@@ -220,6 +223,7 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 			held = append(held, answer{a, true})
 			changed = true
 		}
+		final = *rec
 		if !changed {
 			return nil
 		}
@@ -250,7 +254,81 @@ func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
 		}
 	}
 	slices.Sort(res.NUMA)
+	if c.CDISpec != nil {
+		if err := p.publish(st, &final, held, undo); err != nil {
+			return nil, err
+		}
+		res.CDIDevices = []string{c.CDISpec.QualifiedName(c.RequestID)}
+	}
 	return res, nil
+}
+
+// publish writes the request's CDI spec with every node the request-id
+// holds in this plugin. The record is committed first: a crash in between
+// leaves a record without a spec, which the next ADD replay rewrites, never
+// a spec claiming free devices. If the spec cannot be written, the
+// allocations this call made are taken back and their setup undone.
+func (p Pool) publish(st *store.Store, rec *store.Record, held []answer, undo []func()) error {
+	c := p.Call
+	var nodes []cdispec.Node
+	for _, a := range rec.Allocations {
+		for _, path := range a.HandedOut() {
+			nodes = append(nodes, cdispec.Stat(c.Env.HostRoot, path))
+		}
+	}
+	err := c.CDISpec.Write(c.RequestID, nodes)
+	if err == nil {
+		p.removeOrphans(st)
+		return nil
+	}
+	rollback := st.Update(func(tx *store.Tx) error {
+		cur, err := tx.Get(c.RequestID)
+		if err != nil || cur == nil {
+			return err
+		}
+		cur.Allocations = slices.DeleteFunc(cur.Allocations, func(a store.Allocation) bool {
+			return slices.ContainsFunc(held, func(h answer) bool { return h.fresh && h.Spec == a.Spec })
+		})
+		return tx.Replace(cur)
+	})
+	for i := len(undo) - 1; i >= 0; i-- {
+		undo[i]()
+	}
+	if rollback != nil {
+		return skel.Errorf(skel.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", c.CDISpec.Path(c.RequestID), err, rollback)
+	}
+	return skel.Errorf(skel.CodeSetup, "writing CDI spec %s: %w", c.CDISpec.Path(c.RequestID), err)
+}
+
+// removeOrphans deletes spec files whose request-id holds nothing in the
+// store: left by a crash between a DEL's commit and its file removal.
+func (p Pool) removeOrphans(st *store.Store) {
+	spec := p.Call.CDISpec
+	_ = st.View(func(tx *store.Tx) error {
+		ids, err := spec.Orphans(func(id string) bool {
+			r, err := tx.Get(id)
+			return err != nil || r != nil
+		})
+		if err != nil {
+			p.Call.Warnf("looking for orphaned CDI specs: %v", err)
+		}
+		for _, id := range ids {
+			if err := spec.Remove(id); err != nil {
+				p.Call.Warnf("removing orphaned CDI spec: %v", err)
+			}
+		}
+		return nil
+	})
+}
+
+// unpublish removes a request's spec file, if specs are published.
+func (p Pool) unpublish(id string) {
+	if p.Call.CDISpec == nil {
+		return
+	}
+	if err := p.Call.CDISpec.Remove(id); err != nil {
+		p.Call.Warnf("removing CDI spec: %v", err)
+	}
 }
 
 func appendNode(nodes []int, n int) []int {
@@ -264,6 +342,7 @@ func appendNode(nodes []int, n int) []int {
 func (p Pool) Del(context.Context) error {
 	path := store.Path(p.Call.Env.StateDir, p.Name)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		p.unpublish(p.Call.RequestID) // an orphan, if anything
 		return skel.NewError(skel.CodeUnknownRequestID, "")
 	}
 	st, err := Open(p.Name, p.Call, false)
@@ -286,6 +365,10 @@ func (p Pool) Del(context.Context) error {
 		_, err = tx.Delete(p.Call.RequestID)
 		return err
 	})
+	var e *skel.Error
+	if err == nil || errors.As(err, &e) && e.Code == skel.CodeUnknownRequestID {
+		p.unpublish(p.Call.RequestID)
+	}
 	if err != nil {
 		return storeError(err)
 	}
@@ -335,6 +418,12 @@ func (p Pool) GC(context.Context) (*skel.GCResult, error) {
 	})
 	if err != nil {
 		return nil, storeError(err)
+	}
+	for _, id := range res.Freed {
+		p.unpublish(id)
+	}
+	if p.Call.CDISpec != nil {
+		p.removeOrphans(st)
 	}
 	return res, nil
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
 )
 
 // Protocol versions.
@@ -104,6 +105,10 @@ type Call struct {
 	Locality []int
 	// ValidIDs is the set of request-ids a GC must keep.
 	ValidIDs map[string]bool
+	// CDISpec is the config's cdi_spec arg, taken out of Args before the
+	// plugin sees them: when set, allocations are also published as
+	// modern CDI spec files (docs/cdi-bridge.md).
+	CDISpec *cdispec.Config
 	// Stderr receives warnings meant for logs.
 	Stderr io.Writer
 }
@@ -242,6 +247,9 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]Field, err
 		return nil, NewError(CodeCommandUnsupported, "Unsupported command: "+d.Getenv("CDI_COMMAND"))
 	}
 	c.Env = d.env(c)
+	if err := takeCDISpec(c); err != nil {
+		return nil, err
+	}
 
 	plugin, err := about.New(c)
 	if err != nil {
@@ -292,6 +300,32 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]Field, err
 		}
 		return out, nil
 	}
+}
+
+// takeCDISpec moves the shared cdi_spec arg from the args into the call,
+// validated, so that every plugin offers it and none has to know it.
+func takeCDISpec(c *Call) error {
+	if !bytes.Contains(c.Config.Args, []byte(`"cdi_spec"`)) {
+		return nil
+	}
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(c.Config.Args, &args); err != nil {
+		return Errorf(CodeInvalidConfig, "args: %w", err)
+	}
+	raw, ok := args["cdi_spec"]
+	if !ok {
+		return nil
+	}
+	spec, err := cdispec.Parse(raw)
+	if err != nil {
+		return Errorf(CodeInvalidConfig, "args: %w", err)
+	}
+	delete(args, "cdi_spec")
+	if c.Config.Args, err = json.Marshal(args); err != nil {
+		return Errorf(CodeInternal, "args: %w", err)
+	}
+	c.CDISpec = spec
+	return nil
 }
 
 // parseRequest performs the command-specific checks of RULINGS.md §3.6.

@@ -347,6 +347,18 @@ func (t *Tx) Delete(id string) (*Record, error) {
 	return r, t.tx.Bucket(bucketRequests).Delete([]byte(id))
 }
 
+// Replace rewrites the record of r.ID as r, freeing devices it no longer
+// holds; a record without allocations is deleted.
+func (t *Tx) Replace(r *Record) error {
+	if _, err := t.Delete(r.ID); err != nil {
+		return err
+	}
+	if len(r.Allocations) == 0 {
+		return nil
+	}
+	return t.Put(r)
+}
+
 // ForEach calls fn for every record, in request-id order.
 func (t *Tx) ForEach(fn func(*Record) error) error {
 	b := t.tx.Bucket(bucketRequests)

@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/cdi-exec/plugins/test/fixture"
+)
+
+// loadCache loads a spec directory with the upstream library, failing on any
+// error it reports for our files.
+func loadCache(t *testing.T, dir string) *cdi.Cache {
+	t.Helper()
+	c, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatalf("upstream cache: %v", err)
+	}
+	for path, errs := range c.GetErrors() {
+		t.Fatalf("upstream cache rejects %s: %v", path, errs)
+	}
+	return c
+}
+
+// inject runs the upstream injection into an empty OCI spec.
+func inject(t *testing.T, c *cdi.Cache, device string) *oci.Spec {
+	t.Helper()
+	spec := &oci.Spec{Linux: &oci.Linux{}}
+	if unresolved, err := c.InjectDevices(spec, device); err != nil {
+		t.Fatalf("injecting %s: %v (unresolved %v)", device, err, unresolved)
+	}
+	return spec
+}
+
+func TestCDISpecWithUpstreamLibrary(t *testing.T) {
+	n := newNode(t, eightGPUs())
+	dir := filepath.Join(t.TempDir(), "cdi")
+	conf := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + dir + `"}}`)
+	r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:2", "CDI_REQUEST_ID=pod1")
+	var names []string
+	for _, v := range r.obj(t)["cdiDevices"].([]any) {
+		names = append(names, v.(string))
+	}
+	if r.status != 0 || len(names) != 1 || names[0] != "example.com/gpu=pod1" {
+		t.Fatalf("ADD: %s", r.stdout)
+	}
+	path := filepath.Join(dir, "example.com-gpu_pod1.json")
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("spec file: %v %v", fi, err)
+	}
+	// The upstream library accepts the file and injects the nodes.
+	c := loadCache(t, dir)
+	spec := inject(t, c, names[0])
+	var got []string
+	for _, d := range spec.Linux.Devices {
+		got = append(got, d.Path)
+		if d.Type != "c" || d.Major != 226 {
+			t.Errorf("device %s: type %s major %d", d.Path, d.Type, d.Major)
+		}
+	}
+	want := []string{"/dev/dri/card0", "/dev/dri/renderD128", "/dev/dri/card1", "/dev/dri/renderD129"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("injected %v, want %v", got, want)
+	}
+	if spec.Linux.Devices[1].Minor != 128 || spec.Linux.Devices[2].Minor != 1 {
+		t.Fatalf("minor numbers: %+v", spec.Linux.Devices)
+	}
+	// Each node gets a cgroup rule allowing it.
+	if spec.Linux.Resources == nil || len(spec.Linux.Resources.Devices) != 4 {
+		t.Fatalf("cgroup rules: %+v", spec.Linux.Resources)
+	}
+	for i, rule := range spec.Linux.Resources.Devices {
+		if !rule.Allow || rule.Type != "c" || *rule.Major != 226 || *rule.Minor != spec.Linux.Devices[i].Minor || rule.Access != "rwm" {
+			t.Errorf("rule %d: %+v", i, rule)
+		}
+	}
+	// DEL removes the file.
+	if r := n.run("drm", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=pod1"); r.status != 0 || r.stdout != "" {
+		t.Fatalf("DEL: %s", r.stdout)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatal("spec file survived DEL")
+	}
+	// Without cdi_spec the answer is unchanged.
+	if r := n.run("drm", drmConf(`{}`), "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=plain"); strings.Contains(r.stdout, "cdiDevices") {
+		t.Fatalf("cdiDevices without cdi_spec: %s", r.stdout)
+	}
+}
+
+// One spec per plugin and request-id: when the id gains another
+// resource-spec (here a second config of the same plugin), the file is
+// rewritten with every node; a trailing-hyphen id gets its mapped name.
+func TestCDISpecRewriteAndNames(t *testing.T) {
+	n := newNode(t, fixture.Host{TTYs: map[string]int{"tty": 20, "ttyS": 4}})
+	dir := filepath.Join(t.TempDir(), "cdi")
+	spec := `"cdi_spec":{"kind":"example.com/tty","dir":"` + dir + `"}`
+	vt := `{"cdiVersion":"0.0.2","name":"vt","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12,` + spec + `}}`
+	serial := `{"cdiVersion":"0.0.2","name":"serial","type":"serial","plugin":"generic-tty","args":{"pattern":"ttyS",` + spec + `}}`
+	if r := n.run("generic-tty", vt, "CDI_COMMAND=ADD", "CDI_REQUEST=tty:1", "CDI_REQUEST_ID=job-"); r.status != 0 {
+		t.Fatal(r.stdout)
+	}
+	r := n.run("generic-tty", serial, "CDI_COMMAND=ADD", "CDI_REQUEST=serial:2", "CDI_REQUEST_ID=job-")
+	if r.status != 0 || !strings.Contains(r.stdout, `"example.com/tty=job-_0"`) {
+		t.Fatalf("second ADD: %s", r.stdout)
+	}
+	c := loadCache(t, dir)
+	got := inject(t, c, "example.com/tty=job-_0").Linux.Devices
+	var paths []string
+	for _, d := range got {
+		paths = append(paths, d.Path)
+	}
+	if strings.Join(paths, " ") != "/dev/tty13 /dev/ttyS0 /dev/ttyS1" {
+		t.Fatalf("rewritten spec has %v", paths)
+	}
+	if got[1].Major != 4 || got[1].Minor != 64 {
+		t.Fatalf("ttyS0 numbers: %+v", got[1])
+	}
+}
+
+// Specs left by a crash are removed by the next ADD, DEL or GC that finds
+// them orphaned; a spec that cannot be written fails the ADD and takes the
+// allocation back.
+func TestCDISpecOrphansAndFailures(t *testing.T) {
+	n := newNode(t, eightGPUs())
+	dir := filepath.Join(t.TempDir(), "cdi")
+	conf := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + dir + `"}}`)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	orphan := func(id string) string {
+		p := filepath.Join(dir, "example.com-gpu_"+id+".json")
+		if err := os.WriteFile(p, []byte(`{"cdiVersion":"0.3.0","kind":"example.com/gpu","devices":[{"name":"`+id+`","containerEdits":{"deviceNodes":[{"path":"/dev/dri/card7"}]}}]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	other := filepath.Join(dir, "other.com-gpu_x.json")
+	if err := os.WriteFile(other, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ghost := orphan("ghost")
+	if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=a"); r.status != 0 {
+		t.Fatal(r.stdout)
+	}
+	if _, err := os.Stat(ghost); !os.IsNotExist(err) {
+		t.Fatal("ADD left an orphaned spec")
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatal("ADD removed another kind's spec")
+	}
+	ghost = orphan("ghost2")
+	if r := n.run("drm", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=ghost2"); r.code(t) != 5 {
+		t.Fatal(r.stdout)
+	}
+	if _, err := os.Stat(ghost); !os.IsNotExist(err) {
+		t.Fatal("DEL of the orphan's id left its spec")
+	}
+	ghost = orphan("ghost3")
+	if r := n.run("drm", conf, "CDI_COMMAND=GC", "CDI_VALID_REQUEST_IDS=a"); r.status != 0 {
+		t.Fatal(r.stdout)
+	}
+	if _, err := os.Stat(ghost); !os.IsNotExist(err) {
+		t.Fatal("GC left an orphaned spec")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "example.com-gpu_a.json")); err != nil {
+		t.Fatal("GC removed a valid spec")
+	}
+	// An unwritable spec directory: 107, and the GPU is free again.
+	blocked := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + other + `"}}`)
+	if r := n.run("drm", blocked, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=b"); r.status != 1 || r.code(t) != 107 {
+		t.Fatalf("ADD with a bad dir: %s", r.stdout)
+	}
+	if recs := n.records("drm"); len(recs) != 1 || recs["b"] != nil {
+		t.Fatalf("allocation not taken back: %v", recs)
+	}
+	// Kinds that break the upstream naming rules are config errors.
+	for _, kind := range []string{"gpu", "example.com/", "/gpu", "exa mple.com/gpu", "example.com/gpu-", "-example.com/gpu"} {
+		bad := drmConf(`{"cdi_spec":{"kind":"` + kind + `"}}`)
+		if r := n.run("drm", bad, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=c"); r.code(t) != 101 {
+			t.Errorf("kind %q: %s", kind, r.stdout)
+		}
+	}
+}
