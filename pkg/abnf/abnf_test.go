@@ -180,3 +180,14 @@ func TestParseNUMA(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkParseRequest(b *testing.B) {
+	for b.Loop() {
+		if _, err := RequestSpecs("gpu:2,gpu-memory:2048"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ParseRequest("gpu:2,gpu-memory:2048"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

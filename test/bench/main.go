@@ -72,6 +72,7 @@ func run(binDir string, n int, only string) error {
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tp50\tp90\tp99\tfloor p50\tratio\tpeak RSS\t")
+	p50s := map[string]time.Duration{}
 	for _, s := range scenarios {
 		if only != "" && !strings.Contains(s.name, only) {
 			continue
@@ -105,10 +106,33 @@ func run(binDir string, n int, only string) error {
 			}
 		}
 		p50, fp50 := pct(got, 50), pct(base, 50)
+		p50s[s.name] = p50
 		fmt.Fprintf(tw, "%s\t%v\t%v\t%v\t%v\t%.2f×\t%.1f MiB\t\n", s.name, p50, pct(got, 90), pct(got, 99), fp50,
 			float64(p50)/float64(fp50), float64(maxRSS(got))/1024)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	ratio := func(label, a, b string, target float64) {
+		if p50s[a] == 0 || p50s[b] == 0 {
+			return
+		}
+		r := float64(p50s[a]) / float64(p50s[b])
+		verdict := "meets"
+		if r > target {
+			verdict = "MISSES"
+		}
+		fmt.Printf("%-44s %.2f× (target ≤ %.1f×: %s)\n", label, r, target, verdict)
+	}
+	fmt.Println()
+	ratio("INFO 256 GPUs / INFO 8 GPUs", "gpu256 INFO", "gpu8 INFO", 1.3)
+	ratio("ADD after 10000 ADD/DEL / ADD on a fresh store", "gpu64 ADD (after 10000 ADD/DEL)", "gpu64 ADD (fresh store)", 1.2)
+	for _, st := range []string{"g64-fresh", "g64-48", "g64-churn"} {
+		if fi, err := os.Stat(filepath.Join(work, "state", st, "drm.db")); err == nil {
+			fmt.Printf("store size %-35s %d KiB\n", st, fi.Size()/1024)
+		}
+	}
+	return nil
 }
 
 func pct(s []sample, p int) time.Duration {
