@@ -3,6 +3,7 @@ module github.com/cdi-exec/plugins
 go 1.26.0
 
 require (
+	github.com/jaypipes/pcidb v1.1.1
 	github.com/opencontainers/runtime-spec v1.3.0
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sys v0.49.0

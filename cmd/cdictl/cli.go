@@ -68,6 +68,8 @@ func commands() []*command {
 		{name: "del", args: "--id ID", summary: "free what a request-id holds in every plugin",
 			example: "cdictl del --id pod-1234", run: (*app).del,
 			flags: func(fs *flag.FlagSet) { fs.String("id", "", "request-id to free (required)") }},
+		{name: "devices", args: "[TYPE]", summary: "every device each plugin sees: ids, names, NUMA, usable or why not, holder",
+			example: "cdictl devices\n  cdictl devices -o table gpu", run: (*app).devices},
 		{name: "ls", args: "", summary: "list every allocation held on the node (read-only)",
 			example: "cdictl ls\n  cdictl ls -o json", run: (*app).ls},
 		{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE", summary: "free every allocation whose request-id is not valid",

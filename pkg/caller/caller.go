@@ -185,6 +185,12 @@ func (c Caller) command(ctx context.Context, conf Config, cmd string, env ...str
 	return c.run(ctx, conf, append([]string{"CDI_COMMAND=" + cmd, "CDI_VERSION=" + v}, env...)...)
 }
 
+// Extension runs one of our extension commands (such as DEVICES) and
+// returns the plugin's answer.
+func (c Caller) Extension(ctx context.Context, conf Config, cmd string, env ...string) (*invoke.Reply, error) {
+	return c.command(ctx, conf, cmd, env...)
+}
+
 // Info returns a plugin's capacity per resource-spec.
 func (c Caller) Info(ctx context.Context, conf Config) (map[string]int, error) {
 	r, err := c.command(ctx, conf, skel.CmdInfo)

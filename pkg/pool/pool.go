@@ -62,6 +62,9 @@ type Pool struct {
 	// Teardown runs before a record is deleted by DEL or GC. Its error is
 	// reported, and the record is deleted anyway.
 	Teardown func(rec *store.Record) error
+	// Inventory lists every device the plugin sees, usable or not, for
+	// the DEVICES extension.
+	Inventory func() ([]skel.DeviceInfo, error)
 }
 
 // Handout is what a Handout hook produced for one request item.
@@ -69,6 +72,37 @@ type Handout struct {
 	Nodes    []string
 	Delegate string // plugin chain-loaded, recorded for DEL
 	Undo     func()
+}
+
+// Devices answers the DEVICES extension: the inventory, with the holder
+// of each device read from the store (read-only, bounded wait).
+func (p Pool) Devices(context.Context) ([]skel.DeviceInfo, error) {
+	if p.Inventory == nil {
+		return nil, skel.NewError(skel.CodeCommandUnsupported, "Unsupported command: DEVICES")
+	}
+	devs, err := p.Inventory()
+	if err != nil {
+		return nil, skel.Errorf(skel.CodeInternal, "discovering devices under %s: %w", p.Call.Env.HostRoot, err)
+	}
+	st, err := Open(p.Name, p.Call, true)
+	var e *skel.Error
+	if errors.As(err, &e) && errors.Is(err, store.ErrNotExist) {
+		return devs, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	err = st.View(func(tx *store.Tx) error {
+		for i := range devs {
+			devs[i].HeldBy = tx.Holder(devs[i].Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return devs, nil
 }
 
 // StrictNUMA parses a numa_policy arg: "" or "preferred" (false), or

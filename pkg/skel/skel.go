@@ -44,7 +44,8 @@ const (
 	CmdInfo    = "INFO"
 	CmdAdd     = "ADD"
 	CmdDel     = "DEL"
-	CmdGC      = "GC" // extension, see docs/protocol.md
+	CmdGC      = "GC"      // extension, see docs/protocol.md
+	CmdDevices = "DEVICES" // extension, see docs/protocol.md
 )
 
 // Defaults of the shared environment variables (RULINGS.md §6).
@@ -149,6 +150,22 @@ type Collector interface {
 	GC(ctx context.Context, c *Call) (*GCResult, error)
 }
 
+// DeviceInfo is one device of a plugin's inventory (DEVICES extension).
+type DeviceInfo struct {
+	Key    string   `json:"key"`
+	Nodes  []string `json:"nodes"`
+	NUMA   int      `json:"numa"`
+	Usable bool     `json:"usable"`
+	Reason string   `json:"reason,omitempty"` // why it is not usable
+	HeldBy string   `json:"heldBy,omitempty"` // request-id holding it
+}
+
+// Inventorier is implemented by plugins that support the DEVICES
+// extension: every device they see, usable or not, and who holds it.
+type Inventorier interface {
+	Devices(ctx context.Context, c *Call) ([]DeviceInfo, error)
+}
+
 // About describes a plugin to the engine.
 type About struct {
 	// Subtypes lists the resource-subtypes ADD accepts besides the bare
@@ -239,8 +256,8 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]Field, err
 	}
 	switch c.Command {
 	case CmdInfo, CmdAdd, CmdDel:
-	case CmdGC:
-		// GC is offered by plugins that implement it; checked below.
+	case CmdGC, CmdDevices:
+		// Extensions, offered by plugins that implement them; checked below.
 	case "":
 		return nil, NewError(CodeCommandUnsupported, "CDI_COMMAND is not set")
 	default:
@@ -260,7 +277,8 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]Field, err
 		return nil, err
 	}
 	collector, canGC := plugin.(Collector)
-	if c.Command == CmdGC && !canGC {
+	inventorier, canList := plugin.(Inventorier)
+	if c.Command == CmdGC && !canGC || c.Command == CmdDevices && !canList {
 		return nil, NewError(CodeCommandUnsupported, "Unsupported command: "+d.Getenv("CDI_COMMAND"))
 	}
 	if err := d.parseRequest(about, c); err != nil {
@@ -289,6 +307,12 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]Field, err
 		return out, nil
 	case CmdDel:
 		return nil, plugin.Del(ctx, c)
+	case CmdDevices:
+		devs, err := inventorier.Devices(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return []Field{{"cdiVersion", c.Version}, {"devices", nonNil(devs)}}, nil
 	default: // CmdGC
 		res, err := collector.GC(ctx, c)
 		if err != nil {

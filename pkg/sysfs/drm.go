@@ -116,6 +116,11 @@ func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 func (h *Host) minorDevice(cfd int, buf []byte, class, name string) (string, error) {
 	link := filepath.Join(class, name)
 	n, err := unix.Readlinkat(cfd, name, buf)
+	if err == unix.EINVAL {
+		// Not a symlink (a hand-made tree): the entry is the minor's
+		// directory, and its device link leads to the device.
+		return filepath.EvalSymlinks(filepath.Join(link, "device"))
+	}
 	if err != nil {
 		return "", &os.PathError{Op: "readlink", Path: link, Err: err}
 	}

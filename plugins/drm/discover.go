@@ -12,7 +12,8 @@ import (
 // out, or the reason it will not.
 type gpu struct {
 	Device pool.Device
-	Reason string // "" when usable
+	Reason string   // "" when usable
+	minors []string // every DRM node of the device, "/dev/dri/<minor>"
 }
 
 // inventory lists the host's DRM devices and decides for each whether the
@@ -26,6 +27,9 @@ func inventory(h *sysfs.Host, f filter, numa bool) ([]gpu, error) {
 	out := make([]gpu, 0, len(devs))
 	for _, d := range devs {
 		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1}}
+		for _, m := range d.Minors {
+			g.minors = append(g.minors, "/dev/dri/"+m.Name)
+		}
 		g.Reason = check(h, f, d, &g.Device, numa)
 		out = append(out, g)
 	}

@@ -41,7 +41,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover}
+	p.pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -93,6 +93,26 @@ func (p *plugin) discover(forAdd bool) ([]pool.Device, error) {
 		}
 	}
 	return out, nil
+}
+
+func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
+	gpus, err := inventory(p.host, p.filter, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]skel.DeviceInfo, len(gpus))
+	for i, g := range gpus {
+		nodes := g.Device.Nodes
+		if g.Reason != "" {
+			nodes = g.minors // what the device has, for people to see
+		}
+		out[i] = skel.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
+	}
+	return out, nil
+}
+
+func (p *plugin) Devices(ctx context.Context, _ *skel.Call) ([]skel.DeviceInfo, error) {
+	return p.pool.Devices(ctx)
 }
 
 func (p *plugin) Info(ctx context.Context, _ *skel.Call) (map[string]int, error) {

@@ -54,7 +54,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
-	p.pool = pool.Pool{Name: name, Call: c, Discover: p.discover}
+	p.pool = pool.Pool{Name: name, Call: c, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -94,6 +94,38 @@ func (p *plugin) discover(bool) ([]pool.Device, error) {
 		})
 	}
 	return devs, nil
+}
+
+// inventory lists every tty of the family and why it is not handed out.
+func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
+	ttys, err := p.host.TTYs(p.prefix)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]skel.DeviceInfo, 0, len(ttys))
+	for _, t := range ttys {
+		d := skel.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}, NUMA: alloc.Unknown}
+		switch {
+		case p.prefix == "tty" && t.Index == 0:
+			d.Reason = "the current console, never handed out"
+		case t.Index < p.firstIdx:
+			d.Reason = "reserved (num_system_reserved)"
+		case !p.host.Usable(t):
+			d.Reason = "no /dev node"
+		default:
+			d.Usable = true
+			d.Nodes = []string{p.host.TTYNode(t)}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func (p *plugin) Devices(ctx context.Context, _ *skel.Call) ([]skel.DeviceInfo, error) {
+	return p.pool.Devices(ctx)
 }
 
 func (p *plugin) Info(ctx context.Context, _ *skel.Call) (map[string]int, error) {

@@ -272,3 +272,60 @@ func TestBundledConfigsOnDemoHost(t *testing.T) {
 		}
 	}
 }
+
+// cdictl devices: what each plugin sees, with ids, names when pci.ids is
+// installed (ids only, said once, when it is not), usability and holders.
+func TestCdictlDevices(t *testing.T) {
+	h := eightGPUs()
+	h.TTYs = map[string]int{"tty": 16}
+	confs := map[string]string{
+		"gpu.d/drm.conf":         `{"cdiVersion":"0.0.2","name":"g","type":"gpu","plugin":"drm","args":{"vendorid_whitelist":["0x10de"]}}`,
+		"tty.d/generic-tty.conf": ctlConfs["tty.d/generic-tty.conf"],
+	}
+	n := newCtlNode(t, h, confs)
+	if r := n.ctl("add", "--id", "held", "gpu:1,tty:1"); r.status != 0 {
+		t.Fatal(r.stdout)
+	}
+	type dev struct {
+		Key, Reason, HeldBy, VendorID, Vendor, Product string
+		Usable                                         bool
+		Nodes                                          []string
+	}
+	var out struct {
+		Plugins []struct {
+			Plugin  string
+			Devices []dev
+		}
+	}
+	r := n.ctl("devices")
+	r.json(t, &out)
+	if r.status != 0 || len(out.Plugins) != 2 || strings.Count(r.stderr, "no PCI ids database") != 1 {
+		t.Fatalf("devices: %d %s\n%s", r.status, r.stdout, r.stderr)
+	}
+	gpus := out.Plugins[0].Devices
+	if len(gpus) != 8 || gpus[0].HeldBy != "held" || !gpus[1].Usable || gpus[4].Usable ||
+		gpus[4].Reason != "vendor not in vendorid_whitelist" || gpus[0].VendorID != "0x10de" || gpus[0].Vendor != "" {
+		t.Fatalf("gpus: %+v", gpus)
+	}
+	ttys := out.Plugins[1].Devices
+	if len(ttys) != 16 || ttys[0].Usable || ttys[5].Reason != "reserved (num_system_reserved)" || ttys[13].HeldBy != "held" || !ttys[14].Usable {
+		t.Fatalf("ttys: %+v", ttys)
+	}
+	// With a PCI ids database on the host, names appear.
+	ids := filepath.Join(n.root, "usr/share/hwdata/pci.ids")
+	if err := os.MkdirAll(filepath.Dir(ids), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ids, []byte("# test\n10de  NVIDIA Corporation\n\t1111  Test GPU\n1002  Advanced Micro Devices, Inc. [AMD/ATI]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = n.ctl("devices", "gpu")
+	out.Plugins = nil
+	r.json(t, &out)
+	if d := out.Plugins[0].Devices; d[0].Vendor != "NVIDIA Corporation" || d[0].Product != "Test GPU" || d[5].Vendor != "Advanced Micro Devices, Inc. [AMD/ATI]" {
+		t.Fatalf("names: %+v", d)
+	}
+	if strings.Contains(r.stderr, "no PCI ids database") {
+		t.Fatalf("database reported missing: %s", r.stderr)
+	}
+}

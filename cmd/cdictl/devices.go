@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jaypipes/pcidb"
+
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+// device is one row of `cdictl devices`.
+type device struct {
+	skel.DeviceInfo
+	VendorID string `json:"vendorId,omitempty"`
+	DeviceID string `json:"deviceId,omitempty"`
+	Vendor   string `json:"vendor,omitempty"`  // name from the PCI ids database
+	Product  string `json:"product,omitempty"` // name from the PCI ids database
+}
+
+// pciNames looks PCI ids up in the host's pci.ids, loaded at most once and
+// only when a PCI device is listed. This is the one place the suite parses
+// pci.ids: it is slow and often missing, and never on a plugin's hot path.
+type pciNames struct {
+	root   string
+	loaded bool
+	db     *pcidb.DB
+	note   func(string)
+}
+
+func (p *pciNames) lookup(vendor, product string) (string, string) {
+	if !p.loaded {
+		p.loaded = true
+		for _, rel := range []string{"usr/share/hwdata/pci.ids", "usr/share/misc/pci.ids"} {
+			path := filepath.Join(p.root, rel)
+			if _, err := os.Stat(path); err != nil {
+				continue
+			}
+			db, err := pcidb.New(pcidb.WithPath(path))
+			if err == nil {
+				p.db = db
+				break
+			}
+		}
+		if p.db == nil {
+			p.note(fmt.Sprintf("no PCI ids database (pci.ids) under %s: showing ids only", p.root))
+		}
+	}
+	if p.db == nil {
+		return "", ""
+	}
+	v, ok := p.db.Vendors[strings.TrimPrefix(vendor, "0x")]
+	if !ok {
+		return "", ""
+	}
+	for _, prod := range v.Products {
+		if prod.ID == strings.TrimPrefix(product, "0x") {
+			return v.Name, prod.Name
+		}
+	}
+	return v.Name, ""
+}
+
+// devices lists what every configured plugin sees, through the plugins'
+// DEVICES extension, with PCI ids read from sysfs and names from pci.ids
+// when it is installed.
+func (a *app) devices(args []string) int {
+	typ, ok := a.typeArg(args)
+	if !ok {
+		return exitUsage
+	}
+	root := a.getenv("CDI_HOST_ROOT")
+	if root == "" {
+		root = skel.DefaultHostRoot
+	}
+	host := sysfs.NewHost(root)
+	names := &pciNames{root: root, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
+	type entry struct {
+		outcome
+		Devices []device `json:"devices"`
+	}
+	var out []entry
+	status := exitOK
+	for _, conf := range a.configs(typ) {
+		e := entry{outcome: outcomeOf(conf, nil), Devices: []device{}}
+		r, err := a.caller().Extension(a.ctx(), conf, skel.CmdDevices)
+		var list []skel.DeviceInfo
+		if err == nil {
+			err = json.Unmarshal(r.Object["devices"], &list)
+		}
+		if err != nil {
+			a.pluginErr(err)
+			e.Error = toErrorJSON(err)
+			status = exitFailed
+		}
+		for _, d := range list {
+			row := device{DeviceInfo: d}
+			if sysfs.IsPCIAddr(d.Key) {
+				dir := host.PCIDir(d.Key)
+				row.VendorID, _ = sysfs.ReadAttr(dir + "/vendor")
+				row.DeviceID, _ = sysfs.ReadAttr(dir + "/device")
+				if row.VendorID != "" {
+					row.Vendor, row.Product = names.lookup(strings.ToLower(row.VendorID), strings.ToLower(row.DeviceID))
+				}
+			}
+			e.Devices = append(e.Devices, row)
+		}
+		out = append(out, e)
+	}
+	if a.output == "table" {
+		var rows [][]string
+		for _, e := range out {
+			if e.Error != nil {
+				rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "error: " + e.Error.Msg + " " + e.Error.Details})
+			}
+			for _, d := range e.Devices {
+				id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")
+				name := strings.TrimSpace(d.Vendor + " " + d.Product)
+				if id == "" {
+					id = "-"
+				}
+				if name == "" {
+					name = "-"
+				}
+				numa := "-"
+				if d.NUMA >= 0 {
+					numa = fmt.Sprint(d.NUMA)
+				}
+				state := "free"
+				switch {
+				case d.HeldBy != "":
+					state = "held by " + d.HeldBy
+				case !d.Usable:
+					state = "unusable: " + d.Reason
+				}
+				rows = append(rows, []string{e.Type, e.Plugin, d.Key, strings.Join(d.Nodes, " "), id, name, numa, state})
+			}
+		}
+		a.table("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", rows)
+		return status
+	}
+	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "plugins", Value: nonNil(out)}})
+	return status
+}
