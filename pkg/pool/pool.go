@@ -40,6 +40,8 @@ func (d Device) nodes() []string {
 }
 
 // Pool runs the exclusive-allocation commands for one plugin invocation.
+// It implements skel.Plugin (and GC and DEVICES), so a plugin embeds it and
+// supplies discovery.
 type Pool struct {
 	// Name is the plugin's binary name; the store is <Name>.db.
 	Name string
@@ -76,7 +78,7 @@ type Handout struct {
 
 // Devices answers the DEVICES extension: the inventory, with the holder
 // of each device read from the store (read-only, bounded wait).
-func (p Pool) Devices(context.Context) ([]skel.DeviceInfo, error) {
+func (p Pool) Devices(context.Context, *skel.Call) ([]skel.DeviceInfo, error) {
 	if p.Inventory == nil {
 		return nil, skel.NewError(skel.CodeCommandUnsupported, "Unsupported command: DEVICES")
 	}
@@ -118,7 +120,7 @@ func StrictNUMA(policy string) (bool, error) {
 }
 
 // Info counts the usable devices: the node's allocatable capacity.
-func (p Pool) Info(context.Context) (map[string]int, error) {
+func (p Pool) Info(context.Context, *skel.Call) (map[string]int, error) {
 	devs, err := p.discover(false)
 	if err != nil {
 		return nil, err
@@ -165,7 +167,7 @@ type answer struct {
 
 // Add allocates the request in one store transaction, or replays an earlier
 // identical allocation.
-func (p Pool) Add(ctx context.Context) (*skel.AddResult, error) {
+func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 	var devs []Device
 	if p.Prepare == nil {
 		var err error
@@ -373,7 +375,7 @@ func appendNode(nodes []int, n int) []int {
 }
 
 // Del frees everything the request-id holds, in one transaction.
-func (p Pool) Del(context.Context) error {
+func (p Pool) Del(context.Context, *skel.Call) error {
 	path := store.Path(p.Call.Env.StateDir, p.Name)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		p.unpublish(p.Call.RequestID) // an orphan, if anything
@@ -410,7 +412,7 @@ func (p Pool) Del(context.Context) error {
 }
 
 // GC frees every allocation whose request-id is not in the call's valid set.
-func (p Pool) GC(context.Context) (*skel.GCResult, error) {
+func (p Pool) GC(context.Context, *skel.Call) (*skel.GCResult, error) {
 	res := &skel.GCResult{Freed: []string{}}
 	path := store.Path(p.Call.Env.StateDir, p.Name)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,28 +39,15 @@ func readFile(path string) ([]byte, error) {
 	}
 }
 
-// readDirNames lists a directory's entries (without "." and ".."), unsorted.
+// readDirNames lists a directory's entry names (without "." and ".."),
+// unsorted.
 func readDirNames(path string) ([]string, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	entries, err := readDirTypes(path)
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.name
 	}
-	defer unix.Close(fd)
-	var names []string
-	buf := make([]byte, 16<<10)
-	for {
-		n, err := unix.ReadDirent(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "readdirent", Path: path, Err: err}
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
-	}
+	return names, err
 }
 
 // dirent is a directory entry: its name and whether it is a directory.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"slices"
 
@@ -41,7 +40,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -76,7 +75,7 @@ func (a args) validate() (filter, bool, error) {
 }
 
 type plugin struct {
-	pool   pool.Pool
+	pool.Pool
 	host   *sysfs.Host
 	filter filter
 }
@@ -109,24 +108,4 @@ func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
 		out[i] = skel.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
 	}
 	return out, nil
-}
-
-func (p *plugin) Devices(ctx context.Context, _ *skel.Call) ([]skel.DeviceInfo, error) {
-	return p.pool.Devices(ctx)
-}
-
-func (p *plugin) Info(ctx context.Context, _ *skel.Call) (map[string]int, error) {
-	return p.pool.Info(ctx)
-}
-
-func (p *plugin) Add(ctx context.Context, _ *skel.Call) (*skel.AddResult, error) {
-	return p.pool.Add(ctx)
-}
-
-func (p *plugin) Del(ctx context.Context, _ *skel.Call) error {
-	return p.pool.Del(ctx)
-}
-
-func (p *plugin) GC(ctx context.Context, _ *skel.Call) (*skel.GCResult, error) {
-	return p.pool.GC(ctx)
 }

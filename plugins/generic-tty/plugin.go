@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,7 +28,7 @@ type args struct {
 }
 
 type plugin struct {
-	pool     pool.Pool
+	pool.Pool
 	host     *sysfs.Host
 	prefix   string
 	firstIdx int // lowest index that may be handed out
@@ -54,7 +53,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
-	p.pool = pool.Pool{Name: name, Call: c, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Call: c, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -122,24 +121,4 @@ func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
 		out = append(out, d)
 	}
 	return out, nil
-}
-
-func (p *plugin) Devices(ctx context.Context, _ *skel.Call) ([]skel.DeviceInfo, error) {
-	return p.pool.Devices(ctx)
-}
-
-func (p *plugin) Info(ctx context.Context, _ *skel.Call) (map[string]int, error) {
-	return p.pool.Info(ctx)
-}
-
-func (p *plugin) Add(ctx context.Context, _ *skel.Call) (*skel.AddResult, error) {
-	return p.pool.Add(ctx)
-}
-
-func (p *plugin) Del(ctx context.Context, _ *skel.Call) error {
-	return p.pool.Del(ctx)
-}
-
-func (p *plugin) GC(ctx context.Context, _ *skel.Call) (*skel.GCResult, error) {
-	return p.pool.GC(ctx)
 }

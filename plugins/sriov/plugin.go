@@ -37,9 +37,9 @@ type delegate struct {
 }
 
 type plugin struct {
-	call      *skel.Call
-	host      *sysfs.Host
-	pool      pool.Pool
+	call *skel.Call
+	host *sysfs.Host
+	pool.Pool
 	addrs     map[string]bool
 	vendors   map[string]bool
 	devices   map[string]bool
@@ -96,7 +96,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.pool = pool.Pool{Name: name, Call: c, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
+	p.Pool = pool.Pool{Name: name, Call: c, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
 	return p, nil
 }
 
@@ -112,16 +112,4 @@ func (p *plugin) Info(context.Context, *skel.Call) (map[string]int, error) {
 		pf.dir.Close()
 	}
 	return map[string]int{p.call.Config.Type: n}, nil
-}
-
-func (p *plugin) Add(ctx context.Context, _ *skel.Call) (*skel.AddResult, error) {
-	return p.pool.Add(ctx)
-}
-
-func (p *plugin) Del(ctx context.Context, _ *skel.Call) error {
-	return p.pool.Del(ctx)
-}
-
-func (p *plugin) GC(ctx context.Context, _ *skel.Call) (*skel.GCResult, error) {
-	return p.pool.GC(ctx)
 }
