@@ -116,3 +116,48 @@ func TestNodeExists(t *testing.T) {
 		}
 	}
 }
+
+// DRM discovery groups minors by device through the class links, and also
+// accepts class entries that are plain directories with a device link.
+func TestDRMDevices(t *testing.T) {
+	root := t.TempDir()
+	mk := func(p string) {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, p string) {
+		if err := os.Symlink(target, filepath.Join(root, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("sys/devices/pci0000:00/0000:00:02.0/drm/card1")
+	mk("sys/devices/pci0000:00/0000:00:02.0/drm/renderD128")
+	mk("sys/devices/pci0000:00/0000:00:03.0")
+	mk("sys/class/drm/card0") // a hand-made entry: a directory with a device link
+	link("../../../devices/pci0000:00/0000:00:03.0", "sys/class/drm/card0/device")
+	link("../../devices/pci0000:00/0000:00:02.0/drm/card1", "sys/class/drm/card1")
+	link("../../devices/pci0000:00/0000:00:02.0/drm/renderD128", "sys/class/drm/renderD128")
+	link("../../devices/pci0000:00/0000:00:02.0/drm/card1-DP-1", "sys/class/drm/card1-DP-1")
+	if err := os.WriteFile(filepath.Join(root, "sys/class/drm/version"), []byte("drm 1.1.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := NewHost(root).DRMDevices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 2 {
+		t.Fatalf("got %d devices: %+v", len(devs), devs)
+	}
+	if a, _ := devs[0].PCIAddr(); a != "0000:00:03.0" || len(devs[0].Minors) != 1 {
+		t.Errorf("first device: %+v", devs[0])
+	}
+	if a, _ := devs[1].PCIAddr(); a != "0000:00:02.0" || len(devs[1].Minors) != 2 || devs[1].Minors[1].Kind != Render {
+		t.Errorf("second device: %+v", devs[1])
+	}
+	// Only the wanted kinds are resolved.
+	devs, _ = NewHost(root).DRMDevices(Render)
+	if len(devs) != 1 || len(devs[0].Minors) != 1 {
+		t.Errorf("render only: %+v", devs)
+	}
+}
