@@ -73,6 +73,11 @@ func loadFile(path, folderType string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	return parseConfig(path, raw, folderType)
+}
+
+// parseConfig checks a config file's content against its folder.
+func parseConfig(path string, raw []byte, folderType string) (Config, error) {
 	var c Config
 	var fields struct {
 		CDIVersion *string `json:"cdiVersion"`
