@@ -48,9 +48,8 @@ type Pool struct {
 	Call *skel.Call
 	// Strict makes a requested NUMA locality mandatory (code 105).
 	Strict bool
-	// Discover returns the usable devices present now, in any order. NUMA
-	// nodes are needed only when forAdd is true.
-	Discover func(forAdd bool) ([]Device, error)
+	// Discover returns the usable devices present now, in any order.
+	Discover func(Scan) ([]Device, error)
 
 	// Hooks for plugins that set devices up (sriov); all optional.
 
@@ -68,6 +67,20 @@ type Pool struct {
 	// the DEVICES extension.
 	Inventory func() ([]skel.DeviceInfo, error)
 }
+
+// Scan tells Discover what the command needs.
+type Scan struct {
+	// NUMA asks for the NUMA node of every device returned (ADD).
+	NUMA bool
+	// Skip, when set, names devices that need no checks because another
+	// request holds them: ADD scans inside its store transaction and
+	// passes the store's index, so that on a busy node only the devices
+	// that could be chosen pay for attribute reads.
+	Skip func(key string) bool
+}
+
+// Skipped reports whether the scan may leave key out.
+func (s Scan) Skipped(key string) bool { return s.Skip != nil && s.Skip(key) }
 
 // Handout is what a Handout hook produced for one request item.
 type Handout struct {
@@ -121,15 +134,15 @@ func StrictNUMA(policy string) (bool, error) {
 
 // Info counts the usable devices: the node's allocatable capacity.
 func (p Pool) Info(context.Context, *skel.Call) (map[string]int, error) {
-	devs, err := p.discover(false)
+	devs, err := p.discover(Scan{})
 	if err != nil {
 		return nil, err
 	}
 	return map[string]int{p.Call.Config.Type: len(devs)}, nil
 }
 
-func (p Pool) discover(forAdd bool) ([]Device, error) {
-	devs, err := p.Discover(forAdd)
+func (p Pool) discover(scan Scan) ([]Device, error) {
+	devs, err := p.Discover(scan)
 	if err != nil {
 		return nil, skel.Errorf(skel.CodeInternal, "discovering devices under %s: %w", p.Call.Env.HostRoot, err)
 	}
@@ -169,12 +182,6 @@ type answer struct {
 // identical allocation.
 func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 	var devs []Device
-	if p.Prepare == nil {
-		var err error
-		if devs, err = p.discover(true); err != nil {
-			return nil, err
-		}
-	}
 	st, err := Open(p.Name, p.Call, false)
 	if err != nil {
 		return nil, err
@@ -188,10 +195,19 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 	present := map[string]Device{}
 	err = st.Update(func(tx *store.Tx) error {
 		held = held[:0]
+		var err error
 		if p.Prepare != nil {
-			if devs, err = p.Prepare(tx); err != nil {
-				return err
-			}
+			devs, err = p.Prepare(tx)
+		} else {
+			// Devices held by other requests cannot be chosen; this one's
+			// own are scanned so a replay reports their current names.
+			devs, err = p.discover(Scan{NUMA: true, Skip: func(key string) bool {
+				h := tx.Holder(key)
+				return h != "" && h != c.RequestID
+			}})
+		}
+		if err != nil {
+			return err
 		}
 		clear(present)
 		for _, d := range devs {
@@ -226,7 +242,7 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 			pos, err := alloc.Choose(cands, item.Amount, c.Locality, p.Strict)
 			switch {
 			case errors.Is(err, alloc.ErrInsufficient):
-				return skel.Errorf(skel.CodeInsufficient, "%s: %v (%d usable on this node)", spec, err, len(devs))
+				return skel.Errorf(skel.CodeInsufficient, "%s: %v", spec, err)
 			case errors.Is(err, alloc.ErrLocality):
 				return skel.Errorf(skel.CodeNUMA, "%s: %v (numa_policy is strict)", spec, err)
 			case err != nil:

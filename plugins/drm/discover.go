@@ -19,7 +19,7 @@ type gpu struct {
 // inventory lists the host's DRM devices and decides for each whether the
 // config may hand it out. It reads attributes only as far as the decision
 // needs, cheapest test first: this runs on every INFO and ADD.
-func inventory(h *sysfs.Host, f filter, numa bool) ([]gpu, error) {
+func inventory(h *sysfs.Host, f filter, scan pool.Scan) ([]gpu, error) {
 	devs, err := h.DRMDevices(f.want...)
 	if err != nil {
 		return nil, err
@@ -30,14 +30,14 @@ func inventory(h *sysfs.Host, f filter, numa bool) ([]gpu, error) {
 		for _, m := range d.Minors {
 			g.minors = append(g.minors, "/dev/dri/"+m.Name)
 		}
-		g.Reason = check(h, f, d, &g.Device, numa)
+		g.Reason = check(h, f, d, &g.Device, scan)
 		out = append(out, g)
 	}
 	return out, nil
 }
 
 // check fills dev and returns why the device is not usable, or "".
-func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device, numa bool) string {
+func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device, scan pool.Scan) string {
 	addr, isPCI := d.PCIAddr()
 	if isPCI {
 		dev.Key = addr
@@ -45,6 +45,8 @@ func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device, numa bo
 		dev.Key = h.SysPath(d.Dir) // platform device: keyed by its sysfs path
 	}
 	switch {
+	case scan.Skipped(dev.Key):
+		return "held by another request"
 	case f.addrs != nil && !f.addrs[addr]:
 		return "not in pci_addresses"
 	case !isPCI && (f.vendors != nil || f.devices != nil):
@@ -92,7 +94,7 @@ func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device, numa bo
 		}
 		return nodes
 	}
-	if numa && isPCI {
+	if scan.NUMA && isPCI {
 		dev.NUMA = dir.NUMA()
 	}
 	return ""

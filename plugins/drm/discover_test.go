@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
@@ -29,7 +30,7 @@ func BenchmarkInventory(b *testing.B) {
 			root := benchHost(b, n).Root
 			f, _, _ := args{}.validate()
 			for b.Loop() {
-				gpus, err := inventory(sysfs.NewHost(root), f, false)
+				gpus, err := inventory(sysfs.NewHost(root), f, pool.Scan{})
 				if err != nil || len(gpus) != n {
 					b.Fatal(err, len(gpus))
 				}

@@ -80,8 +80,8 @@ type plugin struct {
 	filter filter
 }
 
-func (p *plugin) discover(forAdd bool) ([]pool.Device, error) {
-	gpus, err := inventory(p.host, p.filter, forAdd)
+func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
+	gpus, err := inventory(p.host, p.filter, scan)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func (p *plugin) discover(forAdd bool) ([]pool.Device, error) {
 }
 
 func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
-	gpus, err := inventory(p.host, p.filter, true)
+	gpus, err := inventory(p.host, p.filter, pool.Scan{NUMA: true})
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,7 @@ func validPrefix(s string) bool {
 
 // discover lists the usable ttys: in the family, not reserved, with a node
 // under /dev.
-func (p *plugin) discover(bool) ([]pool.Device, error) {
+func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no tty class at all: nothing to hand out
@@ -81,7 +81,7 @@ func (p *plugin) discover(bool) ([]pool.Device, error) {
 	}
 	var devs []pool.Device
 	for _, t := range ttys {
-		if t.Index < p.firstIdx {
+		if t.Index < p.firstIdx || scan.Skipped(t.Name) {
 			continue
 		}
 		if !p.host.Usable(t) {
