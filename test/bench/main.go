@@ -127,6 +127,7 @@ func run(binDir string, n int, only string) error {
 	fmt.Println()
 	ratio("INFO 256 GPUs / INFO 8 GPUs", "gpu256 INFO", "gpu8 INFO", 1.3)
 	ratio("ADD after 10000 ADD/DEL / ADD on a fresh store", "gpu64 ADD (after 10000 ADD/DEL)", "gpu64 ADD (fresh store)", 1.2)
+	ratio("ADD after 10000 ADD/DEL / same 48 held, no history", "gpu64 ADD (after 10000 ADD/DEL)", "gpu64 ADD (48 allocated)", 1.2)
 	for _, st := range []string{"g64-fresh", "g64-48", "g64-churn"} {
 		if fi, err := os.Stat(filepath.Join(work, "state", st, "drm.db")); err == nil {
 			fmt.Printf("store size %-35s %d KiB\n", st, fi.Size()/1024)
