@@ -225,6 +225,11 @@ func prepare(work, binDir string) ([]scenario, error) {
 		"gpu64":  gpus(64, 4),
 		"gpu256": gpus(256, 4),
 	}
+	demo, err := fixture.Load("demo/host.json")
+	if err != nil {
+		return nil, fmt.Errorf("the demo host (run from the repository root): %w", err)
+	}
+	hosts["demo"] = demo
 	roots := map[string]string{}
 	for name, h := range hosts {
 		root := filepath.Join(work, "hosts", name)
@@ -298,7 +303,19 @@ func prepare(work, binDir string) ([]scenario, error) {
 			return err
 		}
 	}
+	conf := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join("conf", rel))
+		if err != nil {
+			panic(err) // the bundled configs are part of the repository
+		}
+		return string(b)
+	}
+	demoTTY, demoGPU := conf("tty.d/generic-tty.conf"), conf("gpu.d/drm.conf")
 	return []scenario{
+		{name: "demo host tty INFO", bin: tty, conf: demoTTY, env: base("demo", "demo-tty-info"), each: info},
+		{name: "demo host tty ADD", bin: tty, conf: demoTTY, env: base("demo", "demo-tty-add"), each: addDel("tty")},
+		{name: "demo host gpu INFO", bin: drm, conf: demoGPU, env: base("demo", "demo-gpu-info"), each: info},
+		{name: "demo host gpu ADD", bin: drm, conf: demoGPU, env: base("demo", "demo-gpu-add"), each: addDel("gpu")},
 		{name: "tty63 INFO", bin: tty, conf: ttyConf, env: base("tty63", "tty-info"), each: info},
 		{name: "tty63 ADD (fresh store)", bin: tty, conf: ttyConf, env: base("tty63", "tty-add"), each: addDel("tty")},
 		{name: "tty63 DEL", bin: tty, conf: ttyConf, env: base("tty63", "tty-del"), setup: prime(tty, ttyConf, "tty", nil), each: delAdd("tty")},
