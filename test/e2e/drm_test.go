@@ -56,6 +56,7 @@ func TestDRMSpecExamples(t *testing.T) {
 		{"drm_add", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=1234"), 0},
 		{"drm_error_subtype", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1,gpu-memory:2048Mi", "CDI_REQUEST_ID=3456"), 1},
 		{"error_version", env("CDI_VERSION=0.999", "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=1"), 1},
+		{"error_version", env("CDI_VERSION=0.999"), 1}, // exactly the spec's example: no command at all
 		{"error_command", env("CDI_VERSION=0.0.1", "CDI_COMMAND=MYCMD"), 1},
 		{"del_ok", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=1234"), 0},
 		{"del_unknown", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=3456"), 0},

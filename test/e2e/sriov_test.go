@@ -202,3 +202,24 @@ func TestSRIOVArgErrors(t *testing.T) {
 		}
 	}
 }
+
+// GC frees stale sriov requests and sends their delegates a DEL first.
+func TestSRIOVGC(t *testing.T) {
+	n := sriovNode(t, sriovHost())
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":3,` + drmDelegate + `}`)
+	for _, id := range []string{"live", "stale"} {
+		if r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID="+id); r.status != 0 {
+			t.Fatalf("ADD %s: %s", id, r.stdout)
+		}
+	}
+	r := n.sriov(conf, "CDI_COMMAND=GC", "CDI_VALID_REQUEST_IDS=live")
+	if r.status != 0 || !strings.Contains(r.stdout, `"stale"`) || strings.Contains(r.stdout, "errors") {
+		t.Fatalf("GC: %s", r.stdout)
+	}
+	if recs := n.records("sriov"); len(recs) != 1 || recs["live"] == nil {
+		t.Fatalf("sriov records: %v", recs)
+	}
+	if recs := n.records("drm"); len(recs) != 1 || recs["live"] == nil {
+		t.Fatalf("delegate records: %v", recs)
+	}
+}

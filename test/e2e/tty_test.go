@@ -42,6 +42,7 @@ func TestTTYSpecExamples(t *testing.T) {
 		{"tty_add", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=tty:3", "CDI_REQUEST_ID=7890"), 0}, // replay
 		{"tty_info", env("CDI_COMMAND=INFO"), 0}, // capacity, not free count
 		{"error_version", env("CDI_VERSION=0.999", "CDI_COMMAND=ADD", "CDI_REQUEST=tty:1", "CDI_REQUEST_ID=1"), 1},
+		{"error_version", env("CDI_VERSION=0.999"), 1}, // exactly the spec's example: no command at all
 		{"error_command", env("CDI_VERSION=0.0.1", "CDI_COMMAND=MYCMD"), 1},
 		{"tty_error_subtype", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=tty:1,tty-memory:2048Mi", "CDI_REQUEST_ID=3456"), 1},
 		{"del_ok", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=7890"), 0},
