@@ -148,8 +148,11 @@ func (a *app) flagSet(c *command) *flag.FlagSet {
 		c.flags(fs)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(a.stderr, "Usage: cdictl %s %s\n\n%s.\n\nExamples:\n  %s\n\nFlags:\n", c.name, c.args, c.summary, c.example)
+		// Help is output the user asked for: stdout.
+		fmt.Fprintf(a.stdout, "Usage: cdictl %s %s\n\n%s.\n\nExamples:\n  %s\n\nFlags:\n", c.name, c.args, c.summary, c.example)
+		fs.SetOutput(a.stdout)
 		fs.PrintDefaults()
+		fs.SetOutput(a.stderr)
 	}
 	a.flags = fs
 	return fs
