@@ -186,8 +186,7 @@ func isTerminal(w io.Writer) bool {
 func (a *app) str(name string) string { return a.flags.Lookup(name).Value.String() }
 
 func (a *app) usageErr(format string, args ...any) int {
-	fmt.Fprintf(a.stderr, "%s: %s\n", a.flags.Name(), fmt.Sprintf(format, args...))
-	a.flags.Usage()
+	fmt.Fprintf(a.stderr, "%s: %s\nRun '%s --help' for usage.\n", a.flags.Name(), fmt.Sprintf(format, args...), a.flags.Name())
 	return exitUsage
 }
 
