@@ -96,6 +96,11 @@ func run(args []string, e env) int {
 		}
 		a := &app{env: e}
 		fs := a.flagSet(c)
+		for _, arg := range args[1:] {
+			if arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h" {
+				fs.SetOutput(e.stdout) // help that was asked for goes to stdout
+			}
+		}
 		rest, err := parse(fs, args[1:])
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -148,11 +153,8 @@ func (a *app) flagSet(c *command) *flag.FlagSet {
 		c.flags(fs)
 	}
 	fs.Usage = func() {
-		// Help is output the user asked for: stdout.
-		fmt.Fprintf(a.stdout, "Usage: cdictl %s %s\n\n%s.\n\nExamples:\n  %s\n\nFlags:\n", c.name, c.args, c.summary, c.example)
-		fs.SetOutput(a.stdout)
+		fmt.Fprintf(fs.Output(), "Usage: cdictl %s %s\n\n%s.\n\nExamples:\n  %s\n\nFlags:\n", c.name, c.args, c.summary, c.example)
 		fs.PrintDefaults()
-		fs.SetOutput(a.stderr)
 	}
 	a.flags = fs
 	return fs
