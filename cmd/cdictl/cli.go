@@ -292,8 +292,11 @@ func (a *app) version(args []string) int {
 	}
 	type entry struct {
 		outcome
-		Supported  []string `json:"supportedVersions,omitempty"`
-		Negotiated string   `json:"negotiated,omitempty"`
+		Supported []string `json:"supportedVersions,omitempty"`
+		// Compatible says whether our newest version is among the
+		// plugin's; Negotiated is the newest version both support.
+		Compatible bool   `json:"compatible"`
+		Negotiated string `json:"negotiated,omitempty"`
 	}
 	var out []entry
 	status := exitOK
@@ -303,6 +306,7 @@ func (a *app) version(args []string) int {
 		vs, err := c.Versions(a.ctx(), conf)
 		if err == nil {
 			e.Supported = vs
+			e.Compatible = slices.Contains(vs, skel.Latest)
 			e.Negotiated, err = c.Negotiate(a.ctx(), conf)
 		}
 		if err != nil {
@@ -319,9 +323,9 @@ func (a *app) version(args []string) int {
 			if e.Error != nil {
 				v = "error: " + e.Error.Details
 			}
-			rows = append(rows, []string{e.Type, e.Plugin, e.File, strings.Join(e.Supported, ","), v})
+			rows = append(rows, []string{e.Type, e.Plugin, e.File, strings.Join(e.Supported, ","), fmt.Sprint(e.Compatible), v})
 		}
-		a.table("TYPE\tPLUGIN\tCONFIG\tSUPPORTED\tNEGOTIATED", rows)
+		a.table("TYPE\tPLUGIN\tCONFIG\tSUPPORTED\tCOMPATIBLE\tNEGOTIATED", rows)
 		return status
 	}
 	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "supportedVersions", Value: skel.SupportedVersions()}, {Key: "plugins", Value: nonNil(out)}})

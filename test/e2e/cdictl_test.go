@@ -100,11 +100,12 @@ func TestCdictlInfoAndVersion(t *testing.T) {
 	var v struct {
 		Plugins []struct {
 			Plugin, Negotiated string
+			Compatible         bool
 		}
 	}
 	r = n.ctl("version", "gpu")
 	r.json(t, &v)
-	if r.status != 0 || len(v.Plugins) != 2 || v.Plugins[0].Negotiated != "0.0.2" {
+	if r.status != 0 || len(v.Plugins) != 2 || v.Plugins[0].Negotiated != "0.0.2" || !v.Plugins[0].Compatible {
 		t.Fatalf("version: %s", r.stdout)
 	}
 	if r := n.ctl("info", "-o", "table"); !strings.HasPrefix(r.stdout, "RESOURCE") {
