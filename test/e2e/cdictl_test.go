@@ -330,3 +330,33 @@ func TestCdictlDevices(t *testing.T) {
 		t.Fatalf("database reported missing: %s", r.stderr)
 	}
 }
+
+// A plugin that only speaks 0.0.1 is called with CDI_VERSION=0.0.1.
+func TestCdictlNegotiatesOlderVersion(t *testing.T) {
+	n := newCtlNode(t, fixture.Host{}, map[string]string{
+		"old.d/old.conf": `{"cdiVersion":"0.0.1","name":"o","type":"old","plugin":"old"}`,
+	})
+	n.script("old", `cat >/dev/null
+case "$CDI_COMMAND" in
+VERSION) echo '{"cdiVersion":"0.0.1","supportedVersions":["0.0.1"]}' ;;
+INFO) [ "$CDI_VERSION" = 0.0.1 ] || { echo '{"cdiVersion":"0.0.1","code":1,"msg":"Incompatible CDI version"}'; exit 1; }
+      echo '{"cdiVersion":"0.0.1","old":3}' ;;
+esac`)
+	var v struct {
+		Plugins []struct {
+			Negotiated string
+			Compatible bool
+		}
+	}
+	r := n.ctl("version")
+	r.json(t, &v)
+	if len(v.Plugins) != 1 || v.Plugins[0].Negotiated != "0.0.1" || v.Plugins[0].Compatible {
+		t.Fatalf("version: %s", r.stdout)
+	}
+	var caps map[string]any
+	r = n.ctl("info")
+	r.json(t, &caps)
+	if r.status != 0 || caps["old"] != float64(3) {
+		t.Fatalf("info: %s %s", r.stdout, r.stderr)
+	}
+}
