@@ -46,11 +46,7 @@ func drmConf(args string) string {
 func TestDRMSpecExamples(t *testing.T) {
 	n := newNode(t, specGPUHost)
 	conf := readConf(t, "drm.conf")
-	steps := []struct {
-		golden string
-		env    []string
-		status int
-	}{
+	n.goldenSteps(t, "drm", conf, []goldenStep{
 		{"version", env("CDI_COMMAND=VERSION"), 0},
 		{"drm_info", env("CDI_COMMAND=INFO"), 0},
 		{"drm_add", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=1234"), 0},
@@ -60,14 +56,7 @@ func TestDRMSpecExamples(t *testing.T) {
 		{"error_command", env("CDI_VERSION=0.0.1", "CDI_COMMAND=MYCMD"), 1},
 		{"del_ok", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=1234"), 0},
 		{"del_unknown", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=3456"), 0},
-	}
-	for i, s := range steps {
-		r := n.run("drm", conf, s.env...)
-		if r.status != s.status {
-			t.Fatalf("step %d (%s): status %d, want %d\n%s%s", i, s.golden, r.status, s.status, r.stdout, r.stderr)
-		}
-		golden(t, s.golden, r)
-	}
+	})
 }
 
 // What each kind of machine offers under each config: INFO's count and the

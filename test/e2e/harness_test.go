@@ -260,3 +260,23 @@ func squash(s string) string {
 func env(kv ...string) []string {
 	return slices.DeleteFunc(kv, func(s string) bool { return strings.HasSuffix(s, "=") })
 }
+
+// goldenStep is one command of a scripted sequence and its golden output.
+type goldenStep struct {
+	golden string
+	env    []string
+	status int
+}
+
+// goldenSteps runs the steps in order on the node, checking each exit
+// status and stdout against its golden file.
+func (n *node) goldenSteps(t *testing.T, plugin, conf string, steps []goldenStep) {
+	t.Helper()
+	for i, s := range steps {
+		r := n.run(plugin, conf, s.env...)
+		if r.status != s.status {
+			t.Fatalf("step %d (%s): status %d, want %d\n%s%s", i, s.golden, r.status, s.status, r.stdout, r.stderr)
+		}
+		golden(t, s.golden, r)
+	}
+}

@@ -31,11 +31,7 @@ func readConf(t *testing.T, name string) string {
 func TestTTYSpecExamples(t *testing.T) {
 	n := newNode(t, specTTYHost)
 	conf := readConf(t, "tty.conf")
-	steps := []struct {
-		golden string
-		env    []string
-		status int
-	}{
+	n.goldenSteps(t, "generic-tty", conf, []goldenStep{
 		{"version", env("CDI_COMMAND=VERSION"), 0},
 		{"tty_info", env("CDI_COMMAND=INFO"), 0},
 		{"tty_add", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=tty:3", "CDI_REQUEST_ID=7890"), 0},
@@ -49,14 +45,7 @@ func TestTTYSpecExamples(t *testing.T) {
 		{"del_unknown", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=3456"), 0},
 		{"del_unknown", env("CDI_VERSION=0.0.1", "CDI_COMMAND=DEL", "CDI_REQUEST_ID=7890"), 0},                  // already freed
 		{"tty_add", env("CDI_VERSION=0.0.1", "CDI_COMMAND=ADD", "CDI_REQUEST=tty:3", "CDI_REQUEST_ID=7890"), 0}, // freed devices come back
-	}
-	for i, s := range steps {
-		r := n.run("generic-tty", conf, s.env...)
-		if r.status != s.status {
-			t.Fatalf("step %d (%s): status %d, want %d\n%s%s", i, s.golden, r.status, s.status, r.stdout, r.stderr)
-		}
-		golden(t, s.golden, r)
-	}
+	})
 }
 
 func TestTTYErrors(t *testing.T) {
