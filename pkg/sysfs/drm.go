@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -167,7 +168,7 @@ func (h *Host) SysPath(dir string) string {
 // PCIAddr returns the device's PCI address when the device directory is a
 // PCI function (its name is an address such as 0000:03:00.0).
 func (d DRMDevice) PCIAddr() (string, bool) {
-	base := filepath.Base(d.Dir)
+	base := strings.ToLower(filepath.Base(d.Dir)) // the kernel writes lower case; be lenient
 	return base, IsPCIAddr(base)
 }
 
