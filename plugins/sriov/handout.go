@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/pool"
@@ -17,8 +15,6 @@ import (
 	"github.com/cdi-exec/plugins/pkg/store"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
-
-var errENOENT = unix.ENOENT
 
 // handout binds the chosen VFs to vf_driver when configured, then gets
 // their nodes from the delegate, or their VFIO groups.

@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/skel"
@@ -24,9 +29,15 @@ type pf struct {
 // pfs returns the selected PFs present on the host, in address order. The
 // caller closes their directories.
 func (p *plugin) pfs() ([]pf, error) {
-	all, err := p.host.PCIFunctions()
-	if err != nil {
-		return nil, err
+	var all []string
+	if p.vendors == nil && p.devices == nil {
+		// Only addresses select: look at those, not at every PCI function.
+		all = slices.Sorted(maps.Keys(p.addrs))
+	} else {
+		var err error
+		if all, err = p.host.PCIFunctions(); err != nil {
+			return nil, err
+		}
 	}
 	var out []pf
 	for _, addr := range all {
@@ -61,14 +72,8 @@ func intAttr(d *sysfs.Dir, name string) (int, error) {
 }
 
 func lowerAttr(d *sysfs.Dir, name string) string {
-	s, _ := d.Attr(name)
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
+	v, _ := d.Attr(name)
+	return strings.ToLower(v)
 }
 
 // plan returns the values to write to sriov_numvfs to go from current to
@@ -169,7 +174,7 @@ func (p *plugin) partition(f pf, writes []int) error {
 // setupError is code 107, naming the PF and the failing file and errno.
 func setupError(addr string, err error) error {
 	hint := ""
-	if errors.Is(err, errENOENT) {
+	if errors.Is(err, unix.ENOENT) {
 		hint = " (ENOENT: does the PF have a driver bound?)"
 	}
 	return skel.Errorf(skel.CodeSetup, "PF %s: %w%s", addr, err, hint)
