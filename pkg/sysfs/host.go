@@ -44,19 +44,6 @@ func ReadAttr(p string) (string, error) {
 	return trim(b), nil
 }
 
-// ReadInt reads a decimal sysfs attribute.
-func ReadInt(p string) (int, error) {
-	s, err := ReadAttr(p)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s: not an integer: %q", p, s)
-	}
-	return n, nil
-}
-
 // DevName returns the DEVNAME of a sysfs device directory from its uevent
 // file, relative to /dev (for example "dri/card0"). It returns "" when the
 // uevent file has no DEVNAME.

@@ -15,14 +15,26 @@ import (
 // IDSet validates a list of PCI ids ("0x10de", any case) and returns them
 // lower-cased as a set; nil for a nil list (no filter).
 func IDSet(field string, ids []string) (map[string]bool, error) {
-	if ids == nil {
+	return lowerSet(field, ids, validID, `a PCI id such as "0x10de"`)
+}
+
+// AddrSet validates a list of PCI addresses and returns them lower-cased as
+// a set; nil for a nil list.
+func AddrSet(field string, addrs []string) (map[string]bool, error) {
+	return lowerSet(field, addrs, IsPCIAddr, "a PCI address such as 0000:03:00.0")
+}
+
+// lowerSet lower-cases each value, checks it with valid, and returns the
+// set; nil for a nil list.
+func lowerSet(field string, values []string, valid func(string) bool, want string) (map[string]bool, error) {
+	if values == nil {
 		return nil, nil
 	}
 	set := map[string]bool{}
-	for _, id := range ids {
-		norm := strings.ToLower(id)
-		if !validID(norm) {
-			return nil, fmt.Errorf("%s: %q is not a PCI id such as \"0x10de\"", field, id)
+	for _, v := range values {
+		norm := strings.ToLower(v)
+		if !valid(norm) {
+			return nil, fmt.Errorf("%s: %q is not %s", field, v, want)
 		}
 		set[norm] = true
 	}
@@ -39,23 +51,6 @@ func validID(s string) bool {
 		}
 	}
 	return true
-}
-
-// AddrSet validates a list of PCI addresses and returns them lower-cased as
-// a set; nil for a nil list.
-func AddrSet(field string, addrs []string) (map[string]bool, error) {
-	if addrs == nil {
-		return nil, nil
-	}
-	set := map[string]bool{}
-	for _, a := range addrs {
-		norm := strings.ToLower(a)
-		if !IsPCIAddr(norm) {
-			return nil, fmt.Errorf("%s: %q is not a PCI address such as 0000:03:00.0", field, a)
-		}
-		set[norm] = true
-	}
-	return set, nil
 }
 
 // PCIDir returns the host path of a PCI function's device directory link.
