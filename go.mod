@@ -7,6 +7,8 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sys v0.49.0
+	google.golang.org/grpc v1.72.1
+	k8s.io/kubelet v0.34.10
 	tags.cncf.io/container-device-interface v1.1.1
 	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
@@ -14,4 +16,8 @@ require (
 require (
 	github.com/fsnotify/fsnotify v1.7.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/net v0.38.0 // indirect
+	golang.org/x/text v0.23.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
+	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
 )

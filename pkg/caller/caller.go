@@ -230,6 +230,11 @@ func (c Caller) Add(ctx context.Context, conf Config, id string, items []abnf.It
 	if numa != nil {
 		env = append(env, "CDI_REQUEST_NUMA_LOCALITY="+joinInts(numa))
 	}
+	return c.add(ctx, conf, env)
+}
+
+// add runs ADD with env and decodes the answer.
+func (c Caller) add(ctx context.Context, conf Config, env []string) (*Added, error) {
 	r, err := c.command(ctx, conf, skel.CmdAdd, env...)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,70 @@
+package deviceplugin
+
+import (
+	"slices"
+
+	"github.com/cdi-exec/plugins/pkg/alloc"
+)
+
+// Prefer chooses size devices out of available for the kubelet: every
+// device of must, then the rest by the plugins' own rules (pkg/alloc): as
+// close as possible to the NUMA nodes of must (or, without must, on the
+// fewest NUMA nodes), then in the plugin's preference order. Devices that
+// no request-id holds come first; devices still held by an allocation
+// waiting for garbage collection are taken only when the free ones do not
+// suffice. When available cannot fill size, Prefer returns what there is
+// and leaves the final word to the kubelet.
+func Prefer(devs []Device, available, must []string, size int) []string {
+	rank := make(map[string]int, len(devs))
+	for i, d := range devs {
+		rank[d.ID] = i
+	}
+	known := func(id string) (Device, int) {
+		if i, ok := rank[id]; ok {
+			return devs[i], i
+		}
+		return Device{ID: id, NUMA: alloc.Unknown}, len(devs)
+	}
+	out := slices.Clone(must)
+	var locality []int
+	for _, id := range must {
+		if d, _ := known(id); d.NUMA >= 0 && !slices.Contains(locality, d.NUMA) {
+			locality = append(locality, d.NUMA)
+		}
+	}
+	var free, rest []string
+	for _, id := range available {
+		if slices.Contains(must, id) || slices.Contains(free, id) || slices.Contains(rest, id) {
+			continue
+		}
+		if d, _ := known(id); d.Free {
+			free = append(free, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	n := size - len(must)
+	pool := free
+	if len(free) < n {
+		pool = append(free, rest...)
+	}
+	if n <= 0 {
+		return out
+	}
+	if n > len(pool) {
+		n = len(pool)
+	}
+	cands := make([]alloc.Candidate, len(pool))
+	for i, id := range pool {
+		d, r := known(id)
+		cands[i] = alloc.Candidate{Index: r, NUMA: d.NUMA}
+	}
+	pos, err := alloc.Choose(cands, n, locality, false)
+	if err != nil {
+		return append(out, pool[:n]...) // not reached: n fits the pool
+	}
+	for _, p := range pos {
+		out = append(out, pool[p])
+	}
+	return out
+}
