@@ -16,7 +16,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/invoke"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // Exit statuses.
@@ -140,9 +140,9 @@ func (a *app) flagSet(c *command) *flag.FlagSet {
 		}
 		return fallback
 	}
-	fs.StringVar(&a.confDir, "conf-dir", def("CDI_CONF_DIR", skel.DefaultConfDir), "config directory with <type>.d/*.conf")
-	fs.StringVar(&a.path, "path", def("CDI_PATH", skel.DefaultPath), "plugin search path, colon-separated")
-	fs.StringVar(&a.stateDir, "state-dir", def("CDI_STATE_DIR", skel.DefaultStateDir), "plugin state directory (for ls)")
+	fs.StringVar(&a.confDir, "conf-dir", def("CDI_CONF_DIR", protocol.DefaultConfDir), "config directory with <type>.d/*.conf")
+	fs.StringVar(&a.path, "path", def("CDI_PATH", protocol.DefaultPath), "plugin search path, colon-separated")
+	fs.StringVar(&a.stateDir, "state-dir", def("CDI_STATE_DIR", protocol.DefaultStateDir), "plugin state directory (for ls)")
 	fs.DurationVar(&a.timeout, "timeout", invoke.DefaultTimeout, "deadline of each plugin run")
 	defOut := "json"
 	if isTerminal(a.stdout) {
@@ -211,8 +211,8 @@ func (a *app) pluginErr(err error) {
 }
 
 // writeFields prints an ordered JSON object.
-func (a *app) writeFields(fields []skel.Field) {
-	b, err := skel.EncodeObject(fields)
+func (a *app) writeFields(fields []protocol.Field) {
+	b, err := protocol.EncodeObject(fields)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
 		return
@@ -241,16 +241,16 @@ type errorJSON struct {
 func toErrorJSON(err error) *errorJSON {
 	var pe *invoke.Error
 	var re *invoke.RunError
-	var se *skel.Error
+	var se *protocol.Error
 	switch {
 	case errors.As(err, &pe):
 		return &errorJSON{Code: pe.Code, Msg: pe.Msg, Details: pe.Details}
 	case errors.As(err, &re):
-		return &errorJSON{Code: skel.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
+		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
 	case errors.As(err, &se):
 		return &errorJSON{Code: se.Code, Msg: se.Msg, Details: se.Details}
 	}
-	return &errorJSON{Code: skel.CodeInternal, Msg: "Internal error", Details: err.Error()}
+	return &errorJSON{Code: protocol.CodeInternal, Msg: "Internal error", Details: err.Error()}
 }
 
 // outcome is one plugin's result in a multi-plugin report.
@@ -306,7 +306,7 @@ func (a *app) version(args []string) int {
 		vs, err := c.Versions(a.ctx(), conf)
 		if err == nil {
 			e.Supported = vs
-			e.Compatible = slices.Contains(vs, skel.Latest)
+			e.Compatible = slices.Contains(vs, protocol.Latest)
 			e.Negotiated, err = c.Negotiate(a.ctx(), conf)
 		}
 		if err != nil {
@@ -328,7 +328,7 @@ func (a *app) version(args []string) int {
 		a.table("TYPE\tPLUGIN\tCONFIG\tSUPPORTED\tCOMPATIBLE\tNEGOTIATED", rows)
 		return status
 	}
-	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "supportedVersions", Value: skel.SupportedVersions()}, {Key: "plugins", Value: nonNil(out)}})
+	a.writeFields([]protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "supportedVersions", Value: protocol.SupportedVersions()}, {Key: "plugins", Value: protocol.NonNil(out)}})
 	return status
 }
 
@@ -367,9 +367,9 @@ func (a *app) info(args []string) int {
 		a.table("RESOURCE\tCAPACITY\tPLUGINS", rows)
 		return status
 	}
-	fields := []skel.Field{{Key: "cdiVersion", Value: skel.Latest}}
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}}
 	for _, k := range keys {
-		fields = append(fields, skel.Field{Key: k, Value: total[k]})
+		fields = append(fields, protocol.Field{Key: k, Value: total[k]})
 	}
 	a.writeFields(fields)
 	return status
@@ -411,14 +411,14 @@ func (a *app) add(args []string) int {
 	if err != nil {
 		a.pluginErr(err)
 		e := toErrorJSON(err)
-		fields := []skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
+		fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
 		details := e.Details
 		var pe *caller.PluginError
 		if errors.As(err, &pe) {
 			details = strings.TrimSpace(fmt.Sprintf("%s (plugin %s): %s", pe.Config.File, pe.Config.Plugin, details))
 		}
 		if details != "" {
-			fields = append(fields, skel.Field{Key: "details", Value: details})
+			fields = append(fields, protocol.Field{Key: "details", Value: details})
 		}
 		a.writeFields(fields)
 		return exitFailed
@@ -447,12 +447,12 @@ func (a *app) add(args []string) int {
 		a.table("TYPE\tPLUGIN\tDEVICES", rows)
 		return exitOK
 	}
-	fields := []skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "devices", Value: devices}}
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "devices", Value: devices}}
 	if numa != nil {
-		fields = append(fields, skel.Field{Key: "numa_locality", Value: nonNil(locality)})
+		fields = append(fields, protocol.Field{Key: "numa_locality", Value: protocol.NonNil(locality)})
 	}
 	if len(cdiDevices) > 0 {
-		fields = append(fields, skel.Field{Key: "cdiDevices", Value: cdiDevices})
+		fields = append(fields, protocol.Field{Key: "cdiDevices", Value: cdiDevices})
 	}
 	a.writeFields(fields)
 	return exitOK
@@ -493,7 +493,7 @@ func (a *app) del(args []string) int {
 		a.table("TYPE\tPLUGIN\tCONFIG\tRESULT", rows)
 		return exitOK
 	}
-	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "requestId", Value: id}, {Key: "results", Value: nonNil(out)}})
+	a.writeFields([]protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "requestId", Value: id}, {Key: "results", Value: protocol.NonNil(out)}})
 	return exitOK
 }
 
@@ -536,7 +536,7 @@ func (a *app) gc(args []string) int {
 		if err != nil {
 			a.pluginErr(err)
 		}
-		out = append(out, entry{outcome: outcomeOf(conf, err), Freed: nonNil(freed)})
+		out = append(out, entry{outcome: outcomeOf(conf, err), Freed: protocol.NonNil(freed)})
 	}
 	if a.output == "table" {
 		var rows [][]string
@@ -550,7 +550,7 @@ func (a *app) gc(args []string) int {
 		a.table("TYPE\tPLUGIN\tCONFIG\tFREED", rows)
 		return exitOK
 	}
-	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "results", Value: nonNil(out)}})
+	a.writeFields([]protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "results", Value: protocol.NonNil(out)}})
 	return exitOK
 }
 
@@ -562,11 +562,4 @@ func splitIDs(s string) []string {
 		out = append(out, strings.FieldsFunc(line, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r' })...)
 	}
 	return out
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }

@@ -9,13 +9,13 @@ import (
 
 	"github.com/jaypipes/pcidb"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // device is one row of `cdictl devices`.
 type device struct {
-	skel.DeviceInfo
+	protocol.DeviceInfo
 	VendorID string `json:"vendorId,omitempty"`
 	DeviceID string `json:"deviceId,omitempty"`
 	Vendor   string `json:"vendor,omitempty"`  // name from the PCI ids database
@@ -75,7 +75,7 @@ func (a *app) devices(args []string) int {
 	}
 	root := a.getenv("CDI_HOST_ROOT")
 	if root == "" {
-		root = skel.DefaultHostRoot
+		root = protocol.DefaultHostRoot
 	}
 	host := sysfs.NewHost(root)
 	names := &pciNames{root: root, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
@@ -87,8 +87,8 @@ func (a *app) devices(args []string) int {
 	status := exitOK
 	for _, conf := range a.configs(typ) {
 		e := entry{outcome: outcomeOf(conf, nil), Devices: []device{}}
-		r, err := a.caller().Extension(a.ctx(), conf, skel.CmdDevices)
-		var list []skel.DeviceInfo
+		r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
+		var list []protocol.DeviceInfo
 		if err == nil {
 			err = json.Unmarshal(r.Object["devices"], &list)
 		}
@@ -143,6 +143,6 @@ func (a *app) devices(args []string) int {
 		a.table("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", rows)
 		return status
 	}
-	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "plugins", Value: nonNil(out)}})
+	a.writeFields([]protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "plugins", Value: protocol.NonNil(out)}})
 	return status
 }

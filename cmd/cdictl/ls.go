@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/store"
 )
 
@@ -38,9 +38,9 @@ func (a *app) ls(args []string) int {
 		return a.usageErr("%v", err)
 	}
 	slices.Sort(files)
-	timeout := skel.DefaultLockTimeout
+	timeout := protocol.DefaultLockTimeout
 	if v := a.getenv("CDI_LOCK_TIMEOUT"); v != "" {
-		if t, err := skel.ParseTimeout(v); err == nil {
+		if t, err := protocol.ParseTimeout(v); err == nil {
 			timeout = t
 		}
 	}
@@ -69,7 +69,7 @@ func (a *app) ls(args []string) int {
 		a.table("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tNUMA\tAGE", out)
 		return status
 	}
-	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "allocations", Value: rows}})
+	a.writeFields([]protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "allocations", Value: rows}})
 	return status
 }
 
