@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -151,38 +153,64 @@ func (a *app) usageErr(format string, args ...any) int {
 	return exitUsage
 }
 
-// configs loads the configs of typ ("" for all), reporting unusable files.
-func (a *app) configs(typ string) []caller.Config {
+// load reads every config, reporting unusable files on stderr.
+func (a *app) load() []caller.Config {
 	confs, probs := caller.Load(a.confDir)
 	for _, p := range probs {
 		fmt.Fprintf(a.stderr, "cdictl: skipping %v\n", p)
 	}
-	return caller.OfType(confs, typ)
+	return confs
 }
 
-func (a *app) caller() caller.Caller { return caller.Caller{Path: a.path, Timeout: a.timeout} }
+// configs returns the usable configs of the given types, in load order;
+// every config when no type is given. A type without a usable config, or
+// a config directory without any, is an error (code 4) naming the files
+// searched.
+func (a *app) configs(types ...string) ([]caller.Config, error) {
+	all := a.load()
+	dir, err := filepath.Abs(a.confDir)
+	if err != nil {
+		dir = a.confDir
+	}
+	if len(all) == 0 {
+		return nil, skel.NewError(skel.CodeSpecUnsupported, "no usable plugin config: none in "+filepath.Join(dir, "*.d", "*.conf"))
+	}
+	if len(types) == 0 {
+		return all, nil
+	}
+	for _, t := range types {
+		if len(caller.OfType(all, t)) == 0 {
+			return nil, skel.NewError(skel.CodeSpecUnsupported, fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf")))
+		}
+	}
+	return slices.DeleteFunc(all, func(c caller.Config) bool { return !slices.Contains(types, c.Type) }), nil
+}
+
+// caller runs plugins with the settings cdictl was given: the search path
+// and state directory reach every plugin as CDI_PATH and CDI_STATE_DIR, so
+// that a delegate is found on the same path and every command sees the
+// same stores.
+func (a *app) caller() caller.Caller {
+	return caller.Caller{Path: a.path, Timeout: a.timeout,
+		Env: []string{"CDI_PATH=" + a.path, "CDI_STATE_DIR=" + a.stateDir}}
+}
 
 func (a *app) ctx() context.Context { return context.Background() }
 
-// pluginErr reports a plugin failure on stderr, naming config and plugin.
-func (a *app) pluginErr(err error) {
-	fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
-}
-
-// typeArg returns the optional TYPE argument.
-func (a *app) typeArg(args []string) (string, bool) {
+// typeArg returns the optional TYPE argument: no types or one.
+func (a *app) typeArg(args []string) ([]string, bool) {
 	switch len(args) {
 	case 0:
-		return "", true
+		return nil, true
 	case 1:
 		if err := abnf.ValidType(args[0]); err != nil {
 			a.usageErr("%v", err)
-			return "", false
+			return nil, false
 		}
-		return args[0], true
+		return args, true
 	}
 	a.usageErr("takes at most one TYPE")
-	return "", false
+	return nil, false
 }
 
 // requestID validates an --id flag.

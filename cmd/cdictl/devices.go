@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -71,19 +72,25 @@ func devicesCommand() *command {
 		example: "cdictl devices\n  cdictl devices -o table gpu", setup: noFlags((*app).devices)}
 }
 
-// devicesEntry is one plugin's inventory.
+// devicesEntry is one plugin's inventory. NoInventory marks a plugin that
+// has none of its own: it answered DEVICES with code 3 (unsupported).
 type devicesEntry struct {
 	outcome
-	Devices []device `json:"devices"`
+	NoInventory bool     `json:"noInventory,omitempty"`
+	Devices     []device `json:"devices"`
 }
 
 // devices lists what every configured plugin sees, through the plugins'
 // DEVICES extension, with PCI ids read from sysfs and names from pci.ids
 // when it is installed.
 func (a *app) devices(args []string) int {
-	typ, ok := a.typeArg(args)
+	types, ok := a.typeArg(args)
 	if !ok {
 		return exitUsage
+	}
+	confs, err := a.configs(types...)
+	if err != nil {
+		return a.fail(err)
 	}
 	root := a.getenv("CDI_HOST_ROOT")
 	if root == "" {
@@ -91,9 +98,14 @@ func (a *app) devices(args []string) int {
 	}
 	host := sysfs.NewHost(root)
 	names := &pciNames{root: root, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
-	out, failed := callEach(a, a.configs(typ), func(conf caller.Config, e *devicesEntry) error {
+	out, failed := callEach(a, confs, func(conf caller.Config, e *devicesEntry) error {
 		e.Devices = []device{}
 		r, err := a.caller().Extension(a.ctx(), conf, skel.CmdDevices)
+		var pe *caller.PluginError
+		if errors.As(err, &pe) && pe.Code() == skel.CodeCommandUnsupported {
+			e.NoInventory = true
+			return nil
+		}
 		var list []skel.DeviceInfo
 		if err == nil {
 			err = json.Unmarshal(r.Object["devices"], &list)
@@ -122,8 +134,11 @@ func (a *app) devices(args []string) int {
 func deviceRows(out []devicesEntry) [][]string {
 	var rows [][]string
 	for _, e := range out {
-		if e.Error != nil {
+		switch {
+		case e.Error != nil:
 			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", e.Error.String()})
+		case e.NoInventory:
+			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "no inventory (DEVICES unsupported)"})
 		}
 		for _, d := range e.Devices {
 			id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")

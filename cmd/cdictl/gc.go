@@ -44,7 +44,11 @@ func (f *gcFlags) run(a *app, args []string) int {
 	if status != exitOK {
 		return status
 	}
-	out, _ := callEach(a, a.configs(""), func(conf caller.Config, e *gcEntry) (err error) {
+	confs, err := a.configs()
+	if err != nil {
+		return a.fail(err)
+	}
+	out, _ := callEach(a, confs, func(conf caller.Config, e *gcEntry) (err error) {
 		e.Freed, err = a.caller().GC(a.ctx(), conf, valid)
 		e.Freed = nonNil(e.Freed)
 		return err
