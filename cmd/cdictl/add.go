@@ -8,7 +8,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 func addCommand() *command {
@@ -76,12 +76,12 @@ func (a *app) added(added []*caller.Added, withNUMA bool) {
 		}
 	}
 	slices.Sort(locality)
-	fields := []skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "devices", Value: devices}}
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "devices", Value: devices}}
 	if withNUMA {
-		fields = append(fields, skel.Field{Key: "numa_locality", Value: nonNil(locality)})
+		fields = append(fields, protocol.Field{Key: "numa_locality", Value: protocol.NonNil(locality)})
 	}
 	if len(cdiDevices) > 0 {
-		fields = append(fields, skel.Field{Key: "cdiDevices", Value: cdiDevices})
+		fields = append(fields, protocol.Field{Key: "cdiDevices", Value: cdiDevices})
 	}
 	a.report("TYPE\tPLUGIN\tDEVICES", rowsOf(added, func(ad **caller.Added) []string {
 		return []string{(*ad).Config.Type, (*ad).Config.Plugin, strings.Join((*ad).Devices, " ")}

@@ -15,7 +15,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/invoke"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // Exit statuses.
@@ -106,9 +106,9 @@ func (a *app) flagSet(c *command) (*flag.FlagSet, runFunc) {
 		}
 		return fallback
 	}
-	fs.StringVar(&a.confDir, "conf-dir", def("CDI_CONF_DIR", skel.DefaultConfDir), "config directory with <type>.d/*.conf")
-	fs.StringVar(&a.path, "path", def("CDI_PATH", skel.DefaultPath), "plugin search path, colon-separated")
-	fs.StringVar(&a.stateDir, "state-dir", def("CDI_STATE_DIR", skel.DefaultStateDir), "plugin state directory (for ls)")
+	fs.StringVar(&a.confDir, "conf-dir", def("CDI_CONF_DIR", protocol.DefaultConfDir), "config directory with <type>.d/*.conf")
+	fs.StringVar(&a.path, "path", def("CDI_PATH", protocol.DefaultPath), "plugin search path, colon-separated")
+	fs.StringVar(&a.stateDir, "state-dir", def("CDI_STATE_DIR", protocol.DefaultStateDir), "plugin state directory (for ls)")
 	fs.DurationVar(&a.timeout, "timeout", invoke.DefaultTimeout, "deadline of each plugin run")
 	defOut := "json"
 	if isTerminal(a.stdout) {
@@ -173,14 +173,14 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 		dir = a.confDir
 	}
 	if len(all) == 0 {
-		return nil, skel.NewError(skel.CodeSpecUnsupported, "no usable plugin config: none in "+filepath.Join(dir, "*.d", "*.conf"))
+		return nil, protocol.NewError(protocol.CodeSpecUnsupported, "no usable plugin config: none in "+filepath.Join(dir, "*.d", "*.conf"))
 	}
 	if len(types) == 0 {
 		return all, nil
 	}
 	for _, t := range types {
 		if len(caller.OfType(all, t)) == 0 {
-			return nil, skel.NewError(skel.CodeSpecUnsupported, fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf")))
+			return nil, protocol.NewError(protocol.CodeSpecUnsupported, fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf")))
 		}
 	}
 	return slices.DeleteFunc(all, func(c caller.Config) bool { return !slices.Contains(types, c.Type) }), nil

@@ -4,7 +4,7 @@ import (
 	"flag"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 func delCommand() *command {
@@ -51,6 +51,6 @@ func (a *app) del(id string, args []string) int {
 			res = "freed"
 		}
 		return []string{e.Type, e.Plugin, e.File, res}
-	}), skel.Field{Key: "cdiVersion", Value: skel.Latest}, skel.Field{Key: "requestId", Value: id}, skel.Field{Key: "results", Value: out})
+	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "requestId", Value: id}, protocol.Field{Key: "results", Value: out})
 	return exitOK
 }

@@ -11,13 +11,13 @@ import (
 	"github.com/jaypipes/pcidb"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // device is one row of `cdictl devices`.
 type device struct {
-	skel.DeviceInfo
+	protocol.DeviceInfo
 	VendorID string `json:"vendorId,omitempty"`
 	DeviceID string `json:"deviceId,omitempty"`
 	Vendor   string `json:"vendor,omitempty"`  // name from the PCI ids database
@@ -94,19 +94,19 @@ func (a *app) devices(args []string) int {
 	}
 	root := a.getenv("CDI_HOST_ROOT")
 	if root == "" {
-		root = skel.DefaultHostRoot
+		root = protocol.DefaultHostRoot
 	}
 	host := sysfs.NewHost(root)
 	names := &pciNames{root: root, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
 	out, failed := callEach(a, confs, func(conf caller.Config, e *devicesEntry) error {
 		e.Devices = []device{}
-		r, err := a.caller().Extension(a.ctx(), conf, skel.CmdDevices)
+		r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
 		var pe *caller.PluginError
-		if errors.As(err, &pe) && pe.Code() == skel.CodeCommandUnsupported {
+		if errors.As(err, &pe) && pe.Code() == protocol.CodeCommandUnsupported {
 			e.NoInventory = true
 			return nil
 		}
-		var list []skel.DeviceInfo
+		var list []protocol.DeviceInfo
 		if err == nil {
 			err = json.Unmarshal(r.Object["devices"], &list)
 		}
@@ -125,7 +125,7 @@ func (a *app) devices(args []string) int {
 		return err
 	})
 	a.report("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", func() [][]string { return deviceRows(out) },
-		skel.Field{Key: "cdiVersion", Value: skel.Latest}, skel.Field{Key: "plugins", Value: out})
+		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "plugins", Value: out})
 	return status(failed)
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 func gcCommand() *command {
@@ -50,7 +50,7 @@ func (f *gcFlags) run(a *app, args []string) int {
 	}
 	out, _ := callEach(a, confs, func(conf caller.Config, e *gcEntry) (err error) {
 		e.Freed, err = a.caller().GC(a.ctx(), conf, valid)
-		e.Freed = nonNil(e.Freed)
+		e.Freed = protocol.NonNil(e.Freed)
 		return err
 	})
 	a.report("TYPE\tPLUGIN\tCONFIG\tFREED", rowsOf(out, func(e *gcEntry) []string {
@@ -59,7 +59,7 @@ func (f *gcFlags) run(a *app, args []string) int {
 			res = e.Error.String()
 		}
 		return []string{e.Type, e.Plugin, e.File, res}
-	}), skel.Field{Key: "cdiVersion", Value: skel.Latest}, skel.Field{Key: "results", Value: out})
+	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "results", Value: out})
 	return exitOK
 }
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 func infoCommand() *command {
@@ -46,9 +46,9 @@ func (a *app) info(args []string) int {
 		}
 	}
 	keys := slices.Sorted(maps.Keys(total))
-	fields := []skel.Field{{Key: "cdiVersion", Value: skel.Latest}}
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}}
 	for _, k := range keys {
-		fields = append(fields, skel.Field{Key: k, Value: total[k]})
+		fields = append(fields, protocol.Field{Key: k, Value: total[k]})
 	}
 	a.report("RESOURCE\tCAPACITY\tPLUGINS", rowsOf(keys, func(k *string) []string {
 		return []string{*k, fmt.Sprint(total[*k]), strings.Join(sources[*k], ",")}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/cdispec"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/store"
 )
 
@@ -52,9 +52,9 @@ func (a *app) ls(args []string) int {
 	if len(args) != 0 {
 		return a.usageErr("takes no arguments")
 	}
-	timeout := skel.DefaultLockTimeout
+	timeout := protocol.DefaultLockTimeout
 	if v := a.getenv("CDI_LOCK_TIMEOUT"); v != "" {
-		if t, err := skel.ParseTimeout(v); err == nil {
+		if t, err := protocol.ParseTimeout(v); err == nil {
 			timeout = t
 		}
 	}
@@ -62,9 +62,9 @@ func (a *app) ls(args []string) int {
 	for _, e := range errs {
 		fmt.Fprintf(a.stderr, "cdictl: %s (code %d)\n", e.Details, e.Code)
 	}
-	fields := []skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "allocations", Value: rows}}
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "allocations", Value: rows}}
 	if len(errs) > 0 {
-		fields = append(fields, skel.Field{Key: "errors", Value: errs})
+		fields = append(fields, protocol.Field{Key: "errors", Value: errs})
 	}
 	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tCDI-DEVICES\tNUMA\tAGE", rowsOf(rows, func(r *allocation) []string {
 		return []string{r.RequestID, r.Plugin, fmt.Sprintf("%s:%d", r.Spec, r.Amount), strings.Join(r.Devices, " "),
@@ -79,7 +79,7 @@ func (a *app) ls(args []string) int {
 func readStores(stateDir string, timeout time.Duration, pub publisherSet) ([]allocation, []storeError) {
 	files, err := store.Stores(stateDir)
 	if err != nil {
-		return []allocation{}, []storeError{{Store: stateDir, errorJSON: toErrorJSON(skel.Errorf(skel.CodeStore, "%w", err))}}
+		return []allocation{}, []storeError{{Store: stateDir, errorJSON: toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))}}
 	}
 	now := time.Now()
 	rows := []allocation{}
@@ -93,7 +93,7 @@ func readStores(stateDir string, timeout time.Duration, pub publisherSet) ([]all
 			})
 		})
 		if err != nil && !errors.Is(err, store.ErrNotExist) { // ErrNotExist: removed since listed
-			errs = append(errs, storeError{Store: f, errorJSON: toErrorJSON(skel.Errorf(skel.CodeStore, "%w", err))})
+			errs = append(errs, storeError{Store: f, errorJSON: toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))})
 		}
 	}
 	return rows, errs
@@ -104,7 +104,7 @@ func recordRows(r *store.Record, plugin string, cdiNames []string, now time.Time
 	var rows []allocation
 	for _, al := range r.Allocations {
 		row := allocation{RequestID: r.ID, Plugin: plugin, Type: r.Type, Spec: al.Spec, Amount: al.Amount,
-			Devices: nonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: nonNil(cdiNames),
+			Devices: protocol.NonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: protocol.NonNil(cdiNames),
 			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds())}
 		for _, d := range al.Devices {
 			row.DeviceKeys = append(row.DeviceKeys, d.Key)

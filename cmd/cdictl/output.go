@@ -10,12 +10,12 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/invoke"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // report prints a command's result as -o asks: a table with header and
 // the rows that rows returns, or fields as one JSON object.
-func (a *app) report(header string, rows func() [][]string, fields ...skel.Field) {
+func (a *app) report(header string, rows func() [][]string, fields ...protocol.Field) {
 	if a.output == "table" {
 		a.table(header, rows())
 		return
@@ -27,7 +27,7 @@ func (a *app) report(header string, rows func() [][]string, fields ...skel.Field
 // in the given order. This is the one place cdictl encodes JSON: strings
 // keep <, > and & as they are (no \u003c), since the output is read by
 // people and by JSON parsers, never embedded in HTML.
-func (a *app) writeFields(fields []skel.Field) {
+func (a *app) writeFields(fields []protocol.Field) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -63,14 +63,14 @@ func (a *app) fail(err error) int {
 		return exitFailed
 	}
 	e := toErrorJSON(err)
-	fields := []skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
 	details := e.Details
 	var pe *caller.PluginError
 	if errors.As(err, &pe) {
 		details = strings.TrimSpace(fmt.Sprintf("%s (plugin %s): %s", pe.Config.File, pe.Config.Plugin, details))
 	}
 	if details != "" {
-		fields = append(fields, skel.Field{Key: "details", Value: details})
+		fields = append(fields, protocol.Field{Key: "details", Value: details})
 	}
 	a.writeFields(fields)
 	return exitFailed
@@ -97,16 +97,16 @@ type errorJSON struct {
 func toErrorJSON(err error) *errorJSON {
 	var pe *invoke.Error
 	var re *invoke.RunError
-	var se *skel.Error
+	var se *protocol.Error
 	switch {
 	case errors.As(err, &pe):
 		return &errorJSON{Code: pe.Code, Msg: pe.Msg, Details: pe.Details}
 	case errors.As(err, &re):
-		return &errorJSON{Code: skel.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
+		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
 	case errors.As(err, &se):
 		return &errorJSON{Code: se.Code, Msg: se.Msg, Details: se.Details}
 	}
-	return &errorJSON{Code: skel.CodeInternal, Msg: "Internal error", Details: err.Error()}
+	return &errorJSON{Code: protocol.CodeInternal, Msg: "Internal error", Details: err.Error()}
 }
 
 // String is the error as a table cell.
@@ -163,11 +163,4 @@ func status(failed bool) int {
 		return exitFailed
 	}
 	return exitOK
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 func versionCommand() *command {
@@ -40,7 +40,7 @@ func (a *app) version(args []string) int {
 			return err
 		}
 		e.Supported = vs
-		e.Compatible = slices.Contains(vs, skel.Latest)
+		e.Compatible = slices.Contains(vs, protocol.Latest)
 		e.Negotiated, err = c.Negotiate(a.ctx(), conf)
 		return err
 	})
@@ -50,7 +50,7 @@ func (a *app) version(args []string) int {
 			v = "error: " + e.Error.Details
 		}
 		return []string{e.Type, e.Plugin, e.File, strings.Join(e.Supported, ","), fmt.Sprint(e.Compatible), v}
-	}), skel.Field{Key: "cdiVersion", Value: skel.Latest}, skel.Field{Key: "supportedVersions", Value: skel.SupportedVersions()},
-		skel.Field{Key: "plugins", Value: out})
+	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "supportedVersions", Value: protocol.SupportedVersions()},
+		protocol.Field{Key: "plugins", Value: out})
 	return status(failed)
 }
