@@ -12,16 +12,14 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
-// device is one row of `cdictl devices`.
+// device is one row of `cdictl devices`: a device as its plugin's DEVICES
+// answer gives it, with the names of its PCI ids.
 type device struct {
 	protocol.DeviceInfo
-	VendorID string `json:"vendorId,omitempty"`
-	DeviceID string `json:"deviceId,omitempty"`
-	Vendor   string `json:"vendor,omitempty"`  // name from the PCI ids database
-	Product  string `json:"product,omitempty"` // name from the PCI ids database
+	Vendor  string `json:"vendor,omitempty"`  // name from the PCI ids database
+	Product string `json:"product,omitempty"` // name from the PCI ids database
 }
 
 // pciNames looks PCI ids up in the host's pci.ids, loaded at most once and
@@ -80,9 +78,9 @@ type devicesEntry struct {
 	Devices     []device `json:"devices"`
 }
 
-// devices lists what every configured plugin sees, through the plugins'
-// DEVICES extension, with PCI ids read from sysfs and names from pci.ids
-// when it is installed.
+// devices lists what every configured plugin sees, as the plugins' DEVICES
+// answers give it (cdictl reads no sysfs itself), with the names of the
+// PCI ids they report from pci.ids when the host has it.
 func (a *app) devices(args []string) int {
 	types, ok := a.typeArg(args)
 	if !ok {
@@ -92,12 +90,7 @@ func (a *app) devices(args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	root := a.getenv("CDI_HOST_ROOT")
-	if root == "" {
-		root = protocol.DefaultHostRoot
-	}
-	host := sysfs.NewHost(root)
-	names := &pciNames{root: root, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
+	names := &pciNames{root: a.cfg.HostRoot, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
 	out, failed := callEach(a, confs, func(conf caller.Config, e *devicesEntry) error {
 		e.Devices = []device{}
 		r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
@@ -112,13 +105,8 @@ func (a *app) devices(args []string) int {
 		}
 		for _, d := range list {
 			row := device{DeviceInfo: d}
-			if sysfs.IsPCIAddr(d.Key) {
-				dir := host.PCIDir(d.Key)
-				row.VendorID, _ = sysfs.ReadAttr(dir + "/vendor")
-				row.DeviceID, _ = sysfs.ReadAttr(dir + "/device")
-				if row.VendorID != "" {
-					row.Vendor, row.Product = names.lookup(strings.ToLower(row.VendorID), strings.ToLower(row.DeviceID))
-				}
+			if d.VendorID != "" {
+				row.Vendor, row.Product = names.lookup(strings.ToLower(d.VendorID), strings.ToLower(d.DeviceID))
 			}
 			e.Devices = append(e.Devices, row)
 		}

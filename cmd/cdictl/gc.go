@@ -11,7 +11,7 @@ import (
 )
 
 func gcCommand() *command {
-	return &command{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE", summary: "free every allocation whose request-id is not valid",
+	return &command{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE | --none-valid", summary: "free every allocation whose request-id is not valid",
 		example: "cdictl gc --valid pod-1,pod-2\n  cdictl gc --valid-file /run/live-pods",
 		setup: func(fs *flag.FlagSet) runFunc {
 			var f gcFlags

@@ -52,13 +52,7 @@ func (a *app) ls(args []string) int {
 	if len(args) != 0 {
 		return a.usageErr("takes no arguments")
 	}
-	timeout := protocol.DefaultLockTimeout
-	if v := a.getenv("CDI_LOCK_TIMEOUT"); v != "" {
-		if t, err := protocol.ParseTimeout(v); err == nil {
-			timeout = t
-		}
-	}
-	rows, errs := readStores(a.stateDir, timeout, publishers(a.load()))
+	rows, errs := readStores(a.cfg.StateDir, a.cfg.LockTimeout, publishers(a.load()))
 	for _, e := range errs {
 		fmt.Fprintf(a.stderr, "cdictl: %s (code %d)\n", e.Details, e.Code)
 	}

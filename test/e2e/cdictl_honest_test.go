@@ -288,3 +288,27 @@ func TestCdictlLsCDIDevices(t *testing.T) {
 		}
 	}
 }
+
+// devices shows what the plugins' DEVICES answers say, ids included;
+// cdictl reads no sysfs itself (the host here has none).
+func TestCdictlDevicesFromAnswers(t *testing.T) {
+	n := newCtlNode(t, fixture.Host{}, map[string]string{
+		"thing.d/inv.conf": `{"cdiVersion":"0.0.2","name":"i","type":"thing","plugin":"inv"}`,
+	})
+	n.script("inv", `cat >/dev/null
+case "$CDI_COMMAND" in
+VERSION) echo '{"cdiVersion":"0.0.2","supportedVersions":["0.0.2"]}' ;;
+DEVICES) echo '{"cdiVersion":"0.0.2","devices":[{"key":"0000:42:00.0","nodes":["/dev/x"],"numa":-1,"usable":true,"vendorId":"0x10de","deviceId":"0x1111"}]}' ;;
+esac`)
+	var out struct {
+		Plugins []struct {
+			Devices []struct{ Key, VendorID, DeviceID string }
+		}
+	}
+	r := n.ctl("devices")
+	r.json(t, &out)
+	if r.status != 0 || len(out.Plugins) != 1 || len(out.Plugins[0].Devices) != 1 ||
+		out.Plugins[0].Devices[0].VendorID != "0x10de" || out.Plugins[0].Devices[0].DeviceID != "0x1111" {
+		t.Fatalf("devices: %d %s\n%s", r.status, r.stdout, r.stderr)
+	}
+}
