@@ -21,7 +21,7 @@ import (
 // Exit statuses.
 const (
 	exitOK     = 0
-	exitFailed = 1 // a plugin failed
+	exitFailed = 1 // the command failed: a plugin, a store, nothing configured
 	exitUsage  = 2
 )
 
