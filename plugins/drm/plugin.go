@@ -109,6 +109,10 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 			nodes = g.minors // what the device has, for people to see
 		}
 		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
+		if sysfs.IsPCIAddr(g.Device.Key) {
+			out[i].VendorID = lower(sysfs.ReadAttr(g.dir + "/vendor"))
+			out[i].DeviceID = lower(sysfs.ReadAttr(g.dir + "/device"))
+		}
 	}
 	return out, nil
 }
