@@ -31,13 +31,16 @@ type env struct {
 }
 
 const usageText = `Usage: cdi-kubelet-plugin device-plugin [flags]
+       cdi-kubelet-plugin dra --node-name NODE [flags]
 
 Serves every resource type configured for the CDI exec plugins (or only the
---type given) to the kubelet as the device-plugin resource <prefix>/<type>.
+--type given) to the kubelet: in the device-plugin mode as the device-plugin
+resource <prefix>/<type>, in the dra mode as the DRA driver <type>.<suffix>
+("cdi-kubelet-plugin dra --help" lists its flags).
 Environment: CDI_PATH (plugins), CDI_STATE_DIR, CDI_HOST_ROOT (passed on to
 the plugins), CDI_CONF_DIR (default of --conf-dir).
 
-Flags:
+Flags of the device-plugin mode:
 `
 
 func run(ctx context.Context, args []string, e env) int {
@@ -55,8 +58,12 @@ func run(ctx context.Context, args []string, e env) int {
 		}
 		return exitOK
 	}
-	if args[0] != "device-plugin" {
-		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin: unknown mode %q; the only mode is device-plugin\n", args[0])
+	switch args[0] {
+	case "dra":
+		return runDRA(ctx, args[1:], e)
+	case "device-plugin":
+	default:
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin: unknown mode %q; the modes are device-plugin and dra\n", args[0])
 		return exitUsage
 	}
 	fs, opt := flags(e)

@@ -80,6 +80,10 @@ func Name(key string) (string, error) {
 	return b.String(), nil
 }
 
+// IsPCIAddress reports whether key is a PCI address as sysfs spells it
+// ("0000:03:00.0"), the key the plugins give a PCI device.
+func IsPCIAddress(key string) bool { return pciKey.MatchString(key) }
+
 // Key returns the key a device name stands for. It refuses every string
 // that Name does not make.
 func Key(name string) (string, error) {

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
+	"github.com/cdi-exec/plugins/pkg/kubelet/dra"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+const draUsage = `Usage: cdi-kubelet-plugin dra --node-name NODE [flags]
+
+Serves every resource type configured for the CDI exec plugins (or only the
+--type given) as the Kubernetes DRA driver <type>.<suffix>: it publishes the
+node's devices as ResourceSlices and prepares claims with pinned ADDs under
+the claim's UID. Without --kubeconfig it uses the in-cluster config.
+Environment: CDI_PATH (plugins), CDI_STATE_DIR, CDI_HOST_ROOT (passed on to
+the plugins), CDI_CONF_DIR (default of --conf-dir).
+
+Flags:
+`
+
+// draFlags defines the dra mode's flags over its options; kubeconfig
+// receives --kubeconfig.
+func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options) {
+	penv, _ := protocol.ReadEnv(e.getenv) // a bad CDI_LOCK_TIMEOUT is the plugins' to report
+	opt := &dra.Options{Caller: caller.Caller{Path: penv.Path}, PluginStateDir: penv.StateDir}
+	fs := flag.NewFlagSet("cdi-kubelet-plugin dra", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.StringVar(&opt.NodeName, "node-name", "", "this node's `NAME` (required)")
+	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig `FILE`; default: the in-cluster config")
+	fs.StringVar(&opt.ConfDir, "conf-dir", penv.ConfDir, "plugin configs, `DIR`/<type>.d/*.conf")
+	fs.Func("type", "serve only resource type `T` (repeatable; default: every configured type)", func(s string) error {
+		opt.Types = append(opt.Types, s)
+		return nil
+	})
+	fs.StringVar(&opt.Suffix, "driver-suffix", dra.DefaultSuffix, "drivers are named <type>.`SUFFIX`; CDI kinds are SUFFIX/<type>")
+	fs.StringVar(&opt.KubeletDir, "kubelet-dir", bridge.DefaultKubeletDir, "the kubelet's root `DIR` (plugins/, plugins_registry/)")
+	fs.StringVar(&opt.CDISpecDir, "cdi-spec-dir", cdispec.DefaultDir, "CDI spec `DIR` for configs without a cdi_spec arg")
+	fs.StringVar(&opt.StateDir, "state-dir", dra.DefaultStateDir, "`DIR` of the drivers' records of prepared claims")
+	fs.StringVar(&opt.PodUID, "pod-uid", "", "`UID` of the driver's own pod: enables rolling updates (kubelet 1.33+)")
+	fs.DurationVar(&opt.Poll, "poll-interval", dra.DefaultPoll, "how often the plugins' DEVICES are listed")
+	fs.DurationVar(&opt.StaleInterval, "stale-interval", dra.DefaultStaleInterval, "how often prepared claims are looked up")
+	fs.DurationVar(&opt.StaleGrace, "stale-grace", dra.DefaultStaleGrace, "how long a prepared claim's ResourceClaim must be gone before it is freed")
+	fs.DurationVar(&opt.Caller.Timeout, "plugin-timeout", 30*time.Second, "bound on one plugin run")
+	return fs, opt
+}
+
+// runDRA runs the dra mode.
+func runDRA(ctx context.Context, args []string, e env) int {
+	var kubeconfig string
+	fs, opt := draFlags(e, &kubeconfig)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), draUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin dra: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if err := validateDRA(opt); err != nil {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin dra: %v\n", err)
+		return exitUsage
+	}
+	opt.Log = slog.New(slog.NewTextHandler(e.stderr, nil))
+	klog.SetSlogLogger(opt.Log) // the Kubernetes libraries log through klog
+	var err error
+	if opt.Client, err = kubeClient(kubeconfig); err != nil {
+		opt.Log.Error("cannot reach the API server", "err", err)
+		return exitFailed
+	}
+	p, err := dra.New(*opt)
+	if err != nil {
+		opt.Log.Error("cannot start", "err", err)
+		return exitFailed
+	}
+	if err := p.Run(ctx); err != nil {
+		opt.Log.Error("stopped", "err", err)
+		return exitFailed
+	}
+	opt.Log.Info("stopped")
+	return exitOK
+}
+
+// validateDRA checks the flags' values.
+func validateDRA(opt *dra.Options) error {
+	if opt.NodeName == "" {
+		return errors.New("--node-name is required")
+	}
+	for name, d := range map[string]time.Duration{
+		"--poll-interval": opt.Poll, "--stale-interval": opt.StaleInterval, "--plugin-timeout": opt.Caller.Timeout,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%s must be positive, got %v", name, d)
+		}
+	}
+	if opt.StaleGrace < 0 {
+		return fmt.Errorf("--stale-grace must not be negative, got %v", opt.StaleGrace)
+	}
+	if errs := validation.IsDNS1123Subdomain(opt.Suffix); len(errs) > 0 {
+		return fmt.Errorf("--driver-suffix %q: %v", opt.Suffix, errs)
+	}
+	return nil
+}
+
+// kubeClient connects with the kubeconfig file, or from inside the
+// cluster when there is none.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "cdi-kubelet-plugin"
+	return kubernetes.NewForConfig(cfg)
+}

@@ -1,0 +1,119 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
+	"github.com/cdi-exec/plugins/pkg/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// driver is one resource type served as a DRA driver: its configs, what
+// their plugins reported last, its claim records and its kubelet plugin
+// helper. It implements kubeletplugin.DRAPlugin.
+type driver struct {
+	name   string // "<type>.<suffix>"
+	typ    string
+	node   string
+	confs  []caller.Config
+	caller caller.Caller
+	client kubernetes.Interface
+	state  *claimstate.File
+	grace  time.Duration
+	log    *slog.Logger
+	poke   chan struct{} // asks the poll loop for a poll now
+
+	helper *kubeletplugin.Helper // set by start
+	fatal  func(error)           // stops Run; set by start
+
+	// ops serialises preparing, unpreparing and freeing within the
+	// process; claimstate's file lock covers other processes.
+	ops sync.Mutex
+
+	mu        sync.Mutex
+	answers   [][]protocol.DeviceInfo // last good DEVICES answer per config
+	failing   []bool                  // whether the last DEVICES of a config failed
+	inv       bridge.Inventory
+	offered   []resourceapi.Device // what the slice lists
+	published bool
+	unnamed   map[string]bool      // keys already warned about
+	missing   map[string]time.Time // claim UID → first scan that found it gone
+}
+
+func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) {
+	name := typ + "." + opt.Suffix
+	st, err := claimstate.Open(opt.StateDir, name)
+	if err != nil {
+		return nil, err
+	}
+	return &driver{
+		name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
+		client: opt.Client, state: st, grace: opt.StaleGrace, log: opt.Log.With("driver", name),
+		poke:    make(chan struct{}, 1),
+		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
+		unnamed: map[string]bool{}, missing: map[string]time.Time{},
+	}, nil
+}
+
+// start registers the driver with the kubelet and publishes its slice.
+func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) error {
+	dataDir := filepath.Join(opt.KubeletDir, "plugins", d.name)
+	regDir := filepath.Join(opt.KubeletDir, "plugins_registry")
+	for _, dir := range []string{dataDir, regDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("driver %s: %w", d.name, err)
+		}
+	}
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(d.name),
+		kubeletplugin.NodeName(d.node),
+		kubeletplugin.KubeClient(d.client),
+		kubeletplugin.RegistrarDirectoryPath(regDir),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
+	}
+	if opt.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(opt.PodUID)))
+	}
+	d.fatal = fatal
+	h, err := kubeletplugin.Start(ctx, d, opts...)
+	if err != nil {
+		return fmt.Errorf("driver %s: %w", d.name, err)
+	}
+	d.mu.Lock()
+	d.helper = h
+	d.mu.Unlock()
+	return d.publish(ctx)
+}
+
+// stop stops the helper: the sockets go, so the kubelet stops calling.
+func (d *driver) stop() {
+	d.mu.Lock()
+	h := d.helper
+	d.mu.Unlock()
+	h.Stop()
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: errors of the
+// background work (serving gRPC, publishing slices). Those the helper
+// calls recoverable are logged; any other stops the driver.
+func (d *driver) HandleError(_ context.Context, err error, msg string) {
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.log.Warn(msg, "err", err)
+		return
+	}
+	d.log.Error(msg, "err", err)
+	d.fatal(fmt.Errorf("driver %s: %s: %w", d.name, msg, err))
+}
