@@ -132,6 +132,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 		d.refresh(ctx)
 		if err := d.start(ctx, p.opt, fatal); err != nil {
 			p.stop()
+			if ctx.Err() != nil { // stopped while starting
+				return p.cause(ctx)
+			}
 			return err
 		}
 		p.log.Info("serving", "driver", d.name, "configs", len(d.confs), "devices", len(d.offered))
@@ -151,6 +154,12 @@ func (p *Plugin) Run(ctx context.Context) error {
 	<-ctx.Done()
 	p.stop()
 	wg.Wait()
+	return p.cause(ctx)
+}
+
+// cause is what Run returns once ctx has ended: the failure that ended
+// it, or nil when it was asked to stop.
+func (p *Plugin) cause(ctx context.Context) error {
 	if cause := context.Cause(ctx); errors.Is(cause, errFatal) {
 		return cause
 	}
