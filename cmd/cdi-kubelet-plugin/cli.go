@@ -13,7 +13,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // Exit statuses.
@@ -93,11 +93,11 @@ func run(ctx context.Context, args []string, e env) int {
 func flags(e env) (*flag.FlagSet, *bridge.Options) {
 	confDir := e.getenv("CDI_CONF_DIR")
 	if confDir == "" {
-		confDir = skel.DefaultConfDir
+		confDir = protocol.DefaultConfDir
 	}
 	path := e.getenv("CDI_PATH")
 	if path == "" {
-		path = skel.DefaultPath
+		path = protocol.DefaultPath
 	}
 	opt := &bridge.Options{Caller: caller.Caller{Path: path}}
 	fs := flag.NewFlagSet("cdi-kubelet-plugin device-plugin", flag.ContinueOnError)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/invoke"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // grpcError turns a failed pinned ADD into the gRPC status the kubelet
@@ -45,15 +45,15 @@ func detailed(e *invoke.Error) string {
 // grpcCode maps a protocol code to the nearest gRPC code.
 func grpcCode(code int) codes.Code {
 	switch code {
-	case skel.CodeInsufficient, skel.CodeNUMA:
+	case protocol.CodeInsufficient, protocol.CodeNUMA:
 		return codes.ResourceExhausted
-	case skel.CodeInvalidRequest, skel.CodeSpecUnsupported:
+	case protocol.CodeInvalidRequest, protocol.CodeSpecUnsupported:
 		return codes.InvalidArgument
-	case skel.CodeConflict:
+	case protocol.CodeConflict:
 		return codes.AlreadyExists
-	case skel.CodeStore:
+	case protocol.CodeStore:
 		return codes.Unavailable
-	case skel.CodeIncompatibleVersion, skel.CodeIncompatibleConfigVersion, skel.CodeCommandUnsupported, skel.CodeInvalidConfig:
+	case protocol.CodeIncompatibleVersion, protocol.CodeIncompatibleConfigVersion, protocol.CodeCommandUnsupported, protocol.CodeInvalidConfig:
 		return codes.FailedPrecondition
 	}
 	return codes.Internal

@@ -10,12 +10,12 @@ import (
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/kubelet/deviceplugin"
 	"github.com/cdi-exec/plugins/pkg/kubelet/reqid"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // entry is one device of a plugin's DEVICES answer, as the bridge uses it.
 type entry struct {
-	skel.DeviceInfo
+	protocol.DeviceInfo
 	conf int // index of the config that reported it
 }
 
@@ -27,12 +27,12 @@ type inventory struct {
 }
 
 // devices asks one plugin for its inventory (DEVICES extension).
-func devices(ctx context.Context, c caller.Caller, conf caller.Config) ([]skel.DeviceInfo, error) {
-	r, err := c.Extension(ctx, conf, skel.CmdDevices)
+func devices(ctx context.Context, c caller.Caller, conf caller.Config) ([]protocol.DeviceInfo, error) {
+	r, err := c.Extension(ctx, conf, protocol.CmdDevices)
 	if err != nil {
 		return nil, err
 	}
-	var devs []skel.DeviceInfo
+	var devs []protocol.DeviceInfo
 	if err := json.Unmarshal(r.Object["devices"], &devs); err != nil {
 		return nil, &caller.PluginError{Config: conf, Err: fmt.Errorf("DEVICES answer has no devices list: %s", r.Raw)}
 	}
@@ -42,7 +42,7 @@ func devices(ctx context.Context, c caller.Caller, conf caller.Config) ([]skel.D
 // merge combines the answers of a type's configs. A device is offered when
 // it is usable and its key can be named in a pinned ADD; a key two configs
 // both report belongs to the first.
-func merge(answers [][]skel.DeviceInfo) inventory {
+func merge(answers [][]protocol.DeviceInfo) inventory {
 	var inv inventory
 	seen := map[string]bool{}
 	for i, devs := range answers {

@@ -13,7 +13,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/kubelet/deviceplugin"
 	"github.com/cdi-exec/plugins/pkg/kubelet/gc"
 	"github.com/cdi-exec/plugins/pkg/kubelet/reqid"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // resource is one resource type served to the kubelet: its configs, what
@@ -33,8 +33,8 @@ type resource struct {
 	handout sync.Mutex
 
 	mu      sync.Mutex
-	answers [][]skel.DeviceInfo // last good DEVICES answer per config
-	failing []bool              // whether the last DEVICES of a config failed
+	answers [][]protocol.DeviceInfo // last good DEVICES answer per config
+	failing []bool                  // whether the last DEVICES of a config failed
 	inv     inventory
 	devs    []deviceplugin.Device
 	changed chan struct{} // closed when devs changes
@@ -44,7 +44,7 @@ func newResource(name, typ string, confs []caller.Config, c caller.Caller, log *
 	return &resource{
 		name: name, typ: typ, confs: confs, caller: c, log: log.With("resource", name),
 		gc: gc.NewTracker(grace), poke: make(chan struct{}, 1),
-		answers: make([][]skel.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
+		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
 		changed: make(chan struct{}),
 	}
 }
