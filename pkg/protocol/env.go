@@ -13,6 +13,9 @@ const (
 	EnvRequest     = "CDI_REQUEST"
 	EnvRequestID   = "CDI_REQUEST_ID"
 	EnvNUMA        = "CDI_REQUEST_NUMA_LOCALITY"
+	// EnvRequestDevices names the exact devices of a pinned ADD
+	// (docs/protocol.md#pinned-add).
+	EnvRequestDevices = "CDI_REQUEST_DEVICES"
 	EnvValidIDs    = "CDI_VALID_REQUEST_IDS"
 	EnvHostRoot    = "CDI_HOST_ROOT"
 	EnvStateDir    = "CDI_STATE_DIR"

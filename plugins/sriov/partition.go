@@ -127,14 +127,7 @@ func (p *plugin) prepare(ctx context.Context, _ *skel.Call, scan pool.Scan) ([]p
 			vfs = sysfs.VFs(f.dir, f.current)
 		}
 		for k, vf := range vfs {
-			numa := f.numa
-			if d, err := sysfs.OpenDir(p.host.PCIDir(vf)); err == nil {
-				if n := d.NUMA(); n >= 0 {
-					numa = n
-				}
-				d.Close()
-			}
-			devs = append(devs, pool.Device{Key: vf, Index: i<<16 | k, NUMA: numa})
+			devs = append(devs, pool.Device{Key: vf, Index: i<<16 | k, NUMA: p.vfNUMA(f, vf)})
 		}
 	}
 	return devs, nil
