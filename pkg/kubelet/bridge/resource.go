@@ -63,6 +63,9 @@ func (r *resource) Devices() ([]deviceplugin.Device, <-chan struct{}) {
 func (r *resource) refresh(ctx context.Context) {
 	for i, conf := range r.confs {
 		devs, err := devices(ctx, r.caller, conf)
+		if ctx.Err() != nil {
+			return // shutting down: a cancelled run says nothing of the plugin
+		}
 		r.mu.Lock()
 		wasFailing := r.failing[i]
 		r.failing[i] = err != nil
