@@ -61,6 +61,11 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	fs, opt := flags(e)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usageText); fs.PrintDefaults() }
+	for _, a := range args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(e.stdout) // help that was asked for goes to stdout
+		}
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
