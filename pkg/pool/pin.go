@@ -12,7 +12,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/store"
 )
 
-// byKeys is the picker of a pinned ADD (docs/protocol.md#pinned-add): it
+// byKeys is the picker of a pinned ADD (docs/protocol.md#extension-pinned-add): it
 // takes exactly the devices named by keys, in their order, and makes no
 // choice of its own, so locality and a strict NUMA policy do not apply.
 // Every key that cannot be handed out is named in one code 103: held by

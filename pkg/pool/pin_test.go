@@ -10,7 +10,7 @@ import (
 )
 
 // TestPinned covers the pool's rules of a pinned ADD
-// (docs/protocol.md#pinned-add); skel checks the grammar and the amount.
+// (docs/protocol.md#extension-pinned-add); skel checks the grammar and the amount.
 func TestPinned(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -14,7 +14,7 @@ const (
 	EnvRequestID = "CDI_REQUEST_ID"
 	EnvNUMA      = "CDI_REQUEST_NUMA_LOCALITY"
 	// EnvRequestDevices names the exact devices of a pinned ADD
-	// (docs/protocol.md#pinned-add).
+	// (docs/protocol.md#extension-pinned-add).
 	EnvRequestDevices = "CDI_REQUEST_DEVICES"
 	EnvValidIDs       = "CDI_VALID_REQUEST_IDS"
 	EnvHostRoot       = "CDI_HOST_ROOT"

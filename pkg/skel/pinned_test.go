@@ -10,7 +10,7 @@ import (
 
 // TestPinnedRequest covers what skel checks of CDI_REQUEST_DEVICES: the
 // grammar, one item whose amount is the number of keys, and its place in
-// the order of checks (docs/protocol.md#pinned-add).
+// the order of checks (docs/protocol.md#extension-pinned-add).
 func TestPinnedRequest(t *testing.T) {
 	tests := []struct {
 		name    string

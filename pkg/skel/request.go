@@ -83,7 +83,7 @@ func (d Dispatcher) parseAdd(about About, c *Call) error {
 // parsePinned reads CDI_REQUEST_DEVICES, after every other check of the
 // request: the keys must obey their grammar, and the request must hold
 // exactly one item whose amount is the number of keys
-// (docs/protocol.md#pinned-add).
+// (docs/protocol.md#extension-pinned-add).
 func (d Dispatcher) parsePinned(c *Call) error {
 	raw := d.Getenv(protocol.EnvRequestDevices)
 	if raw == "" {

@@ -17,7 +17,7 @@ import (
 )
 
 // pinTarget is one plugin set up for the pinned-ADD rules
-// (docs/protocol.md#pinned-add).
+// (docs/protocol.md#extension-pinned-add).
 type pinTarget struct {
 	name   string
 	plugin string
