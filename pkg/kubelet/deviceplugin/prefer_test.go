@@ -1,0 +1,42 @@
+package deviceplugin
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestPrefer(t *testing.T) {
+	// a..f in preference order; a, c, e on node 0, b, d, f on node 1;
+	// c is held by an allocation waiting for garbage collection.
+	devs := []Device{
+		{ID: "a", NUMA: 0, Healthy: true, Free: true},
+		{ID: "b", NUMA: 1, Healthy: true, Free: true},
+		{ID: "c", NUMA: 0, Healthy: true},
+		{ID: "d", NUMA: 1, Healthy: true, Free: true},
+		{ID: "e", NUMA: 0, Healthy: true, Free: true},
+		{ID: "f", NUMA: 1, Healthy: true, Free: true},
+	}
+	all := []string{"a", "b", "c", "d", "e", "f"}
+	tests := []struct {
+		name            string
+		available, must []string
+		size            int
+		want            []string
+	}{
+		{"one node, lowest first, free first", all, nil, 2, []string{"a", "e"}},
+		{"node 1 when node 0 has one free", []string{"a", "b", "c", "d"}, nil, 2, []string{"b", "d"}},
+		{"a held device only when the free ones do not suffice", []string{"a", "c"}, nil, 2, []string{"a", "c"}},
+		{"must-include first, then its node", all, []string{"f"}, 3, []string{"f", "b", "d"}},
+		{"must-include in the kubelet's order", all, []string{"e", "b"}, 2, []string{"e", "b"}},
+		{"unknown ids come last", []string{"zz", "a"}, nil, 2, []string{"a", "zz"}},
+		{"more than available", []string{"b"}, nil, 3, []string{"b"}},
+		{"duplicates in available count once", []string{"b", "b"}, nil, 2, []string{"b"}},
+		{"size zero", all, nil, 0, []string{}},
+	}
+	for _, tt := range tests {
+		got := Prefer(devs, tt.available, tt.must, tt.size)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
