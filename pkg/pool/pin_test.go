@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -112,15 +111,7 @@ func TestPinned(t *testing.T) {
 			for i, s := range tt.steps {
 				e.run(i, s)
 			}
-			got := e.records()
-			if len(got) != len(tt.after) {
-				t.Errorf("store holds %v; want %v", got, tt.after)
-			}
-			for id, keys := range tt.after {
-				if !slices.Equal(got[id], keys) {
-					t.Errorf("store: %s holds %v; want %v", id, got[id], keys)
-				}
-			}
+			e.wantStore(tt.after)
 		})
 	}
 }

@@ -326,19 +326,24 @@ func TestCommands(t *testing.T) {
 			for i, s := range tt.steps {
 				e.run(i, s)
 			}
-			if tt.after == nil {
-				return
-			}
-			got := e.records()
-			if len(got) != len(tt.after) {
-				t.Errorf("store holds %v; want %v", got, tt.after)
-			}
-			for id, keys := range tt.after {
-				if !slices.Equal(got[id], keys) {
-					t.Errorf("store: %s holds %v; want %v", id, got[id], keys)
-				}
+			if tt.after != nil {
+				e.wantStore(tt.after)
 			}
 		})
+	}
+}
+
+// wantStore checks that the store holds exactly want: request-id → keys.
+func (e *env) wantStore(want map[string][]string) {
+	e.t.Helper()
+	got := e.records()
+	if len(got) != len(want) {
+		e.t.Errorf("store holds %v; want %v", got, want)
+	}
+	for id, keys := range want {
+		if !slices.Equal(got[id], keys) {
+			e.t.Errorf("store: %s holds %v; want %v", id, got[id], keys)
+		}
 	}
 }
 

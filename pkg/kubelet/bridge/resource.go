@@ -127,6 +127,12 @@ func (r *resource) pollNow() {
 // poll refreshes the devices every interval, and when poked, until ctx
 // ends.
 func (r *resource) poll(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, r.poke, func() { r.refresh(ctx) })
+}
+
+// every calls fn every interval, and whenever poke delivers (a nil poke
+// never does), until ctx ends.
+func every(ctx context.Context, interval time.Duration, poke <-chan struct{}, fn func()) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -134,9 +140,9 @@ func (r *resource) poll(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-r.poke:
+		case <-poke:
 		}
-		r.refresh(ctx)
+		fn()
 	}
 }
 
