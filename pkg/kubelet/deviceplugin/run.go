@@ -115,10 +115,15 @@ func (p *Plugin) Run(ctx context.Context) error {
 
 func (p *Plugin) socketPath() string { return filepath.Join(p.Dir, p.Socket) }
 
-// serve listens on the plugin's socket, replacing a stale one, and serves
-// the DevicePlugin service on it.
+// serve listens on the plugin's socket, replacing a stale one (one nobody
+// answers on: a second bridge for the same resource is refused), and
+// serves the DevicePlugin service on it.
 func (p *Plugin) serve() (*grpc.Server, ident, error) {
 	path := p.socketPath()
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, ident{}, fmt.Errorf("%s: another process serves this socket", path)
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, ident{}, fmt.Errorf("removing stale socket: %w", err)
 	}
