@@ -15,6 +15,7 @@ import (
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/cdi-exec/plugins/pkg/kubelet/kubelettest"
+	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 // syncBuffer is a bytes.Buffer safe for a process writing and a test
@@ -102,5 +103,33 @@ func TestKubeletPluginBinary(t *testing.T) {
 	// them, when the kubelet no longer lists them.
 	if recs := n.records("generic-tty"); len(recs) != 2 {
 		t.Fatalf("records after exit: %v", recs)
+	}
+}
+
+// Request-ids starting with k8s- belong to the Kubernetes bridges: cdictl
+// add refuses them, so nothing else can mint one; del still frees one by
+// hand.
+func TestCdictlReservedIDs(t *testing.T) {
+	n := newCtlNode(t, ctlHost(), map[string]string{"tty.d/generic-tty.conf": ctlConfs["tty.d/generic-tty.conf"]})
+	for _, id := range []string{"k8s-dp-tty-00785c94acc31ce196d867d8850b6dd2", "k8s-x"} {
+		r := n.ctl("add", "--id", id, "tty:1")
+		if r.status != 2 || !strings.Contains(r.stderr, "reserved for the Kubernetes bridges") {
+			t.Fatalf("add --id %s: status %d\n%s%s", id, r.status, r.stdout, r.stderr)
+		}
+	}
+	if _, err := os.Stat(store.Path(n.state, "generic-tty")); !os.IsNotExist(err) {
+		t.Fatalf("a refused add reached the plugin: %v", err)
+	}
+	// A bridge's allocation, made here by running the plugin as the bridge
+	// would; cdictl del frees it.
+	id := "k8s-dp-tty-00785c94acc31ce196d867d8850b6dd2"
+	if r := n.run("generic-tty", ctlConfs["tty.d/generic-tty.conf"], "CDI_COMMAND=ADD", "CDI_REQUEST=tty:1", "CDI_REQUEST_ID="+id, "CDI_REQUEST_DEVICES=tty13"); r.status != 0 {
+		t.Fatalf("ADD: %s", r.stdout)
+	}
+	if r := n.ctl("del", "--id", id); r.status != 0 || len(n.records("generic-tty")) != 0 {
+		t.Fatalf("del --id %s: status %d %s", id, r.status, r.stdout)
+	}
+	if r := n.ctl("add", "--id", "k8sx", "tty:1"); r.status != 0 {
+		t.Fatalf("add --id k8sx: %d %s%s", r.status, r.stdout, r.stderr)
 	}
 }
