@@ -29,6 +29,13 @@ type Device struct {
 	// being handed out; discovery checks nodes by their conventional names
 	// and leaves the per-device reads to the few devices chosen.
 	Resolve func() []string
+	// Dir is the device's sysfs directory on the host, when discovery
+	// has it, for Pool.Place.
+	Dir string
+	// PCIe is the device's place in the PCIe tree (alloc.Candidate.PCIe),
+	// filled in by Pool.Place when the choice needs it.
+	PCIe   []string
+	placed bool
 }
 
 // nodes returns the device's final node paths.
@@ -66,6 +73,11 @@ type Pool struct {
 	// Inventory lists every device the plugin sees, usable or not, for
 	// the DEVICES extension.
 	Inventory func() ([]skel.DeviceInfo, error)
+	// Place, when set, reads where a device sits: its NUMA node and its
+	// PCIe chain (alloc.Candidate.PCIe). ADD calls it only when the choice
+	// depends on place (alloc.NeedsPlace) and for the devices it hands
+	// out, so INFO and single-device ADDs do not pay for it.
+	Place func(d Device) (numa int, pcie []string)
 }
 
 // Scan tells Discover what the command needs.
@@ -193,6 +205,7 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 	var undo []func()
 	var final store.Record // the request's record after this call
 	present := map[string]Device{}
+	dist := p.distances()
 	err = st.Update(func(tx *store.Tx) error {
 		held = held[:0]
 		var err error
@@ -209,6 +222,7 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 		if err != nil {
 			return err
 		}
+		devs = p.placed(devs)
 		clear(present)
 		for _, d := range devs {
 			present[d.Key] = d
@@ -236,10 +250,10 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 			for _, d := range devs {
 				if !taken[d.Key] && tx.Holder(d.Key) == "" {
 					free = append(free, d)
-					cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA})
+					cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA, PCIe: d.PCIe})
 				}
 			}
-			pos, err := alloc.Choose(cands, item.Amount, c.Locality, p.Strict)
+			pos, err := p.choose(cands, item.Amount, dist)
 			switch {
 			case errors.Is(err, alloc.ErrInsufficient):
 				return skel.Errorf(skel.CodeInsufficient, "%s: %v", spec, err)
@@ -269,7 +283,7 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 				if p.Handout == nil {
 					nodes = d.nodes()
 				}
-				a.Devices = append(a.Devices, store.Device{Key: d.Key, Nodes: nodes, NUMA: d.NUMA})
+				a.Devices = append(a.Devices, store.Device{Key: d.Key, Nodes: nodes, NUMA: p.numa(d)})
 			}
 			rec.Allocations = append(rec.Allocations, a)
 			held = append(held, answer{a, true})

@@ -158,6 +158,11 @@ type DeviceInfo struct {
 	Usable bool     `json:"usable"`
 	Reason string   `json:"reason,omitempty"` // why it is not usable
 	HeldBy string   `json:"heldBy,omitempty"` // request-id holding it
+	// PCIeRoot is the root complex the device sits below, as the kernel
+	// names it ("pci0000:00"); PCIeBridges the PCI functions between it and
+	// the device, root port first.
+	PCIeRoot    string   `json:"pcieRoot,omitempty"`
+	PCIeBridges []string `json:"pcieBridges,omitempty"`
 }
 
 // Inventorier is implemented by plugins that support the DEVICES

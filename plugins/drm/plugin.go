@@ -40,7 +40,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.Pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover, Inventory: p.inventory, Place: p.place}
 	return p, nil
 }
 
@@ -105,7 +105,15 @@ func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
 		if g.Reason != "" {
 			nodes = g.minors // what the device has, for people to see
 		}
-		out[i] = skel.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
+		pcie := sysfs.ParsePCIe(p.host.SysPath(g.Device.Dir))
+		out[i] = skel.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason,
+			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key)}
 	}
 	return out, nil
+}
+
+// place is where a GPU sits: its NUMA node, read by discovery for ADD, and
+// its PCIe chain, parsed from the device directory discovery resolved.
+func (p *plugin) place(d pool.Device) (int, []string) {
+	return d.NUMA, sysfs.ParsePCIe(p.host.SysPath(d.Dir)).Chain()
 }
