@@ -1,0 +1,17 @@
+package protocol
+
+// DeviceInfo is one device of a plugin's inventory, as the DEVICES
+// extension answers it (docs/protocol.md#extension-devices).
+type DeviceInfo struct {
+	Key    string   `json:"key"`
+	Nodes  []string `json:"nodes"`
+	NUMA   int      `json:"numa"`
+	Usable bool     `json:"usable"`
+	Reason string   `json:"reason,omitempty"` // why it is not usable
+	HeldBy string   `json:"heldBy,omitempty"` // request-id holding it
+	// PCIeRoot is the root complex the device sits below, as the kernel
+	// names it ("pci0000:00"); PCIeBridges the PCI functions between it and
+	// the device, root port first.
+	PCIeRoot    string   `json:"pcieRoot,omitempty"`
+	PCIeBridges []string `json:"pcieBridges,omitempty"`
+}
