@@ -117,11 +117,17 @@ func isHex(s string, lo, hi int) bool {
 }
 
 // ClassDevice resolves /sys/class/<class>/<name> to the device's sysfs
-// path without the host root, "/sys/devices/...". Class entries are
-// symlinks into /sys/devices, resolved with one readlink; an entry that is
-// not a link (a hand-made tree) is resolved in full.
+// path without the host root, "/sys/devices/...".
 func (h *Host) ClassDevice(class, name string) (string, error) {
-	link := h.Sys("class", class, name)
+	return h.Resolve(h.Sys("class", class, name))
+}
+
+// Resolve turns a host path that links to a device (a class entry, a
+// /sys/bus/*/devices entry) into the device's sysfs path without the host
+// root, "/sys/devices/...": one readlink, as such links point straight
+// into /sys/devices. An entry that is not a link (a hand-made tree) is
+// resolved in full.
+func (h *Host) Resolve(link string) (string, error) {
 	target, err := os.Readlink(link)
 	switch {
 	case errors.Is(err, unix.EINVAL):

@@ -98,7 +98,7 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 }
 
 func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
-	gpus, err := inventory(p.host, p.filter, pool.Scan{NUMA: true})
+	gpus, err := inventory(p.host, p.filter, pool.Scan{}) // NUMA: from Place below
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +108,8 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		if g.Reason != "" {
 			nodes = g.minors // what the device has, for people to see
 		}
-		pcie := sysfs.ParsePCIe(p.host.SysPath(g.Device.Dir))
-		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason,
+		numa, pcie := p.host.Place(p.host.SysPath(g.Device.Dir)) // unusable devices too
+		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: numa, Usable: g.Reason == "", Reason: g.Reason,
 			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key)}
 	}
 	return out, nil

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
@@ -179,5 +183,139 @@ func TestTopologyDevices(t *testing.T) {
 	want = dev{"ttyUSB1", 0, "pci0000:00", []string{"0000:00:15.0"}}
 	if got := ttys["ttyUSB1"]; !reflect.DeepEqual(got, want) {
 		t.Errorf("generic-tty DEVICES: got %+v, want %+v", got, want)
+	}
+}
+
+// topo is the JSON of `cdictl topology`.
+type topo struct {
+	NUMA  bool `json:"numa"`
+	Nodes []struct {
+		ID          int      `json:"id"`
+		CPUs        string   `json:"cpus"`
+		MemoryBytes int64    `json:"memoryBytes"`
+		Distances   []int    `json:"distances"`
+		PCIeRoots   []string `json:"pcieRoots"`
+		Devices     []struct {
+			Type string `json:"type"`
+			Key  string `json:"key"`
+		} `json:"devices"`
+	} `json:"nodes"`
+	Unplaced struct {
+		PCIeRoots []string `json:"pcieRoots"`
+		Devices   []any    `json:"devices"`
+	} `json:"unplaced"`
+}
+
+// nodeView is what a test expects of one node.
+type nodeView struct {
+	cpus  string
+	mib   int64
+	dist  []int
+	roots []string
+	keys  string // "type:key" of its devices, sorted, space separated
+}
+
+func viewOf(t topo, i int) nodeView {
+	n := t.Nodes[i]
+	var keys []string
+	for _, d := range n.Devices {
+		keys = append(keys, d.Type+":"+d.Key)
+	}
+	slices.Sort(keys)
+	return nodeView{n.CPUs, n.MemoryBytes >> 20, n.Distances, n.PCIeRoots, strings.Join(keys, " ")}
+}
+
+var topoConfs = map[string]string{
+	"gpu.d/drm.conf":            drmConf(`{}`),
+	"serial.d/generic-tty.conf": fmt.Sprintf(usbConf, ""),
+}
+
+// cdictl topology shows nodes with their CPUs, memory, distances, root
+// complexes and devices; without distance files, no distances; without
+// node directories, one node holding everything.
+func TestCdictlTopology(t *testing.T) {
+	node0 := "gpu:0000:03:00.0 gpu:0000:04:00.0 gpu:0000:07:00.0 gpu:0000:08:00.0 serial:ttyUSB0 serial:ttyUSB1 serial:ttyUSB2 serial:ttyUSB3"
+	node2 := "gpu:0000:83:00.0 gpu:0000:84:00.0 gpu:0000:87:00.0 gpu:0000:88:00.0 serial:ttyUSB4"
+	vm := fixture.Host{CPUs: 4, MemoryMiB: 2048, GPUs: []fixture.GPU{gpuAt("0000:00:02.0", "0x8086", -1, 0)},
+		USBHosts: []fixture.USBHost{{Addr: "0000:00:14.0", NUMA: fixture.Int(-1), TTYs: []int{0}}}}
+	tests := []struct {
+		name  string
+		host  fixture.Host
+		numa  bool
+		nodes []nodeView
+	}{
+		{"four nodes", topologyHost(true), true, []nodeView{
+			{"0-7", 4096, []int{10, 16, 22, 28}, []string{"pci0000:00"}, node0},
+			{"8-15", 8192, []int{28, 10, 16, 22}, []string{}, ""},
+			{"16-23", 12288, []int{22, 28, 10, 16}, []string{"pci0000:80"}, node2},
+			{"24-31", 16384, []int{16, 22, 28, 10}, []string{}, ""},
+		}},
+		{"distance files missing", topologyHost(false), true, []nodeView{
+			{"0-7", 4096, nil, []string{"pci0000:00"}, node0},
+			{"8-15", 8192, nil, []string{}, ""},
+			{"16-23", 12288, nil, []string{"pci0000:80"}, node2},
+			{"24-31", 16384, nil, []string{}, ""},
+		}},
+		{"no NUMA information", vm, false, []nodeView{
+			{"0-3", 2048, nil, []string{"pci0000:00"}, "gpu:0000:00:02.0 serial:ttyUSB0"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newCtlNode(t, tt.host, topoConfs)
+			r := n.ctl("topology", "-o", "json")
+			if r.status != 0 {
+				t.Fatalf("status %d\n%s%s", r.status, r.stdout, r.stderr)
+			}
+			var got topo
+			r.json(t, &got)
+			if got.NUMA != tt.numa || len(got.Nodes) != len(tt.nodes) || len(got.Unplaced.Devices)+len(got.Unplaced.PCIeRoots) != 0 {
+				t.Fatalf("numa %v, %d nodes, unplaced %+v\n%s", got.NUMA, len(got.Nodes), got.Unplaced, r.stdout)
+			}
+			for i, want := range tt.nodes {
+				if v := viewOf(got, i); !reflect.DeepEqual(v, want) || got.Nodes[i].ID != i {
+					t.Errorf("node %d: got %+v, want %+v", i, v, want)
+				}
+			}
+		})
+	}
+}
+
+// The table has a row per node and plugin, devices as ranges.
+func TestCdictlTopologyTable(t *testing.T) {
+	h := topologyHost(true)
+	h.TTYs = map[string]int{"tty": 8}
+	confs := map[string]string{"gpu.d/drm.conf": drmConf(`{}`), "tty.d/generic-tty.conf": readConf(t, "tty.conf")}
+	r := newCtlNode(t, h, confs).ctl("topology", "-o", "table")
+	want := [][]string{
+		{"NODE", "CPUS", "MEMORY", "DISTANCES", "PCIE", "ROOTS", "TYPE", "PLUGIN", "DEVICES"},
+		{"0", "0-7", "4.0", "GiB", "10", "16", "22", "28", "pci0000:00", "gpu", "drm", "0000:03:00.0", "0000:04:00.0", "0000:07:00.0", "0000:08:00.0"},
+		{"1", "8-15", "8.0", "GiB", "28", "10", "16", "22", "-", "-", "-", "-"},
+		{"2", "16-23", "12.0", "GiB", "22", "28", "10", "16", "pci0000:80", "gpu", "drm", "0000:83:00.0", "0000:84:00.0", "0000:87:00.0", "0000:88:00.0"},
+		{"3", "24-31", "16.0", "GiB", "16", "22", "28", "10", "-", "-", "-", "-"},
+		{"?", "-", "-", "-", "-", "tty", "generic-tty", "tty0..tty7"},
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.status != 0 || len(lines) != len(want) {
+		t.Fatalf("status %d, %d lines:\n%s%s", r.status, len(lines), r.stdout, r.stderr)
+	}
+	for i, w := range want {
+		if got := strings.Fields(lines[i]); !reflect.DeepEqual(got, w) {
+			t.Errorf("line %d: got %q, want %q", i, got, w)
+		}
+	}
+}
+
+// ghw is for people (cdictl): the plugin binaries never link it.
+func TestPluginsDoNotLinkGHW(t *testing.T) {
+	for _, bin := range []string{"drm", "generic-tty", "sriov", "cdictl"} {
+		info, err := buildinfo.ReadFile(filepath.Join(binDir, bin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		linked := slices.ContainsFunc(info.Deps, func(m *debug.Module) bool { return m.Path == "github.com/jaypipes/ghw" })
+		if linked != (bin == "cdictl") {
+			t.Errorf("%s links ghw: %v", bin, linked)
+		}
 	}
 }
