@@ -21,6 +21,8 @@ type chooser struct {
 	// Scratch space of the searches, reused.
 	state         []uint8
 	nFree, nFixed []int32
+	choices       arena[choice]
+	ranks         arena[int32]
 }
 
 func newChooser(cands []Candidate) *chooser {

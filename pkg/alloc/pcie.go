@@ -8,7 +8,7 @@ import "slices"
 // (fewest NUMA nodes, then lowest indices). Realistic requests (a few
 // devices of hundreds, or most devices of a few nodes) stay well inside it;
 // BenchmarkChoose1024 measures the worst cases against it.
-const budget = 1 << 17
+const budget = 1 << 16
 
 // choice is a set of free devices (sorted ranks) and its PCIe cost: the
 // sum of the distances between its pairs and from it to the fixed devices.
@@ -66,23 +66,22 @@ func (c *chooser) closest(union []int32, n int, fixed []int32) choice {
 // trie is the PCIe tree of every candidate, built once per Choose, in
 // flat arrays: kids and the devices at a node are linked lists.
 type trie struct {
-	c     *chooser
 	nodes []tnode
 	at    []int32 // node of each rank
 	next  []int32 // next rank placed at the same node; -1 ends
-	many  map[int32]map[string]int32
 }
 
 // tnode is a node of the tree: the root above all root complexes, a root
-// complex, or a PCI function. Links of -1 lead nowhere. It holds no
-// pointers, so the tree costs the garbage collector nothing.
+// complex, or a PCI function. Links of -1 lead nowhere.
 type tnode struct {
-	up                      int64 // weight of the edge to the parent
-	parent, head, tail, sib int32 // parent, first and last kid, next sibling
+	name                    string // "" for the root and leaves of unknown place
+	up                      int64  // weight of the edge to the parent
+	parent, head, tail, sib int32  // parent, first and last kid, next sibling
 	kids                    int32
 	first, last             int32 // devices placed exactly here, ascending
-	// The node's name is PCIe[level] of device rank's path.
-	rank, level int32
+	ordered                 bool  // kids came in rising name order
+	// index finds kids by name once they came out of order and are many.
+	index map[string]int32
 }
 
 // pcie builds the tree on first use: the root, then each device's path
@@ -92,21 +91,18 @@ func (c *chooser) pcie() *trie {
 	if c.tree != nil {
 		return c.tree
 	}
-	t := &trie{c: c, nodes: make([]tnode, 0, 2*len(c.cands)+1), at: make([]int32, len(c.cands)), next: make([]int32, len(c.cands))}
-	t.add(-1, 0, -1, 0)
+	t := &trie{nodes: make([]tnode, 0, len(c.cands)+len(c.cands)/2+8), at: make([]int32, len(c.cands)), next: make([]int32, len(c.cands))}
+	t.add(-1, "", 0)
 	for rk := range c.pos {
 		path := c.at(int32(rk)).PCIe
 		c.spend(len(path) + 1)
 		var v int32
 		if len(path) < 2 || path[0] == "" {
-			v = t.add(0, int32(rk), -1, 2*int64(c.depth))
+			v = t.add(0, "", 2*int64(c.depth))
 		} else {
-			for level := range path {
-				w := int64(1)
-				if level == 0 {
-					w = int64(c.depth)
-				}
-				v = t.child(v, int32(rk), int32(level), w)
+			v = t.child(0, path[0], int64(c.depth))
+			for _, name := range path[1:] {
+				v = t.child(v, name, 1)
 			}
 		}
 		t.at[rk], t.next[rk] = v, -1
@@ -120,43 +116,40 @@ func (c *chooser) pcie() *trie {
 	return t
 }
 
-// name returns the name of node v; "" for the root and the leaves of
-// unknown place, which sit under the root, whose other kids have names.
-func (t *trie) name(v int32) string {
-	n := t.nodes[v]
-	if n.level < 0 {
-		return ""
+// child returns v's kid called name, adding it with edge weight w.
+// Discovery lists devices in index order, which mostly follows PCI order:
+// siblings arrive together (the last kid matches) and new kids arrive in
+// rising name order (a name after the last kid's is new). Only kids out of
+// order are looked for: along the list, or in a map once there are many.
+func (t *trie) child(v int32, name string, w int64) int32 {
+	p := &t.nodes[v]
+	if p.tail < 0 {
+		return t.add(v, name, w)
 	}
-	return t.c.at(n.rank).PCIe[n.level]
-}
-
-// child returns v's kid named PCIe[level] of rank's path, adding it with
-// edge weight w.
-func (t *trie) child(v, rank, level int32, w int64) int32 {
-	name := t.c.at(rank).PCIe[level]
-	p := t.nodes[v]
-	switch {
-	case p.tail >= 0 && t.name(p.tail) == name:
-		return p.tail // devices arrive in index order, siblings together
-	case p.kids > 8:
-		if k, ok := t.many[v][name]; ok {
+	switch last := t.nodes[p.tail].name; {
+	case last == name:
+		return p.tail
+	case p.ordered && name > last:
+		return t.add(v, name, w)
+	case p.index != nil:
+		if k, ok := p.index[name]; ok {
 			return k
 		}
 	default:
 		for k := p.head; k >= 0; k = t.nodes[k].sib {
-			if t.name(k) == name {
+			if t.nodes[k].name == name {
 				return k
 			}
 		}
 	}
-	return t.add(v, rank, level, w)
+	return t.add(v, name, w)
 }
 
-// add appends a kid to v (the root when v is -1); a level of -1 makes a
-// leaf of unknown place, never looked up.
-func (t *trie) add(v, rank, level int32, w int64) int32 {
+// add appends a kid to v (the root when v is -1). A kid without a name is
+// a leaf of unknown place, never looked up.
+func (t *trie) add(v int32, name string, w int64) int32 {
 	k := int32(len(t.nodes))
-	t.nodes = append(t.nodes, tnode{up: w, parent: v, head: -1, tail: -1, sib: -1, first: -1, last: -1, rank: rank, level: level})
+	t.nodes = append(t.nodes, tnode{name: name, up: w, parent: v, head: -1, tail: -1, sib: -1, first: -1, last: -1, ordered: true})
 	if v < 0 {
 		return k
 	}
@@ -164,27 +157,22 @@ func (t *trie) add(v, rank, level int32, w int64) int32 {
 	if p.tail < 0 {
 		p.head = k
 	} else {
+		p.ordered = p.ordered && name > t.nodes[p.tail].name
 		t.nodes[p.tail].sib = k
 	}
 	p.tail = k
 	p.kids++
-	if level < 0 {
-		return k
-	}
 	switch {
-	case p.kids == 9:
-		if t.many == nil {
-			t.many = map[int32]map[string]int32{}
-		}
-		m := map[string]int32{}
+	case name == "" || p.ordered:
+	case p.index != nil:
+		p.index[name] = k
+	case p.kids > 8:
+		p.index = make(map[string]int32, 2*p.kids)
 		for k := p.head; k >= 0; k = t.nodes[k].sib {
-			if t.nodes[k].level >= 0 {
-				m[t.name(k)] = k
+			if n := t.nodes[k].name; n != "" {
+				p.index[n] = k
 			}
 		}
-		t.many[v] = m
-	case p.kids > 9:
-		t.many[v][t.name(k)] = k
 	}
 	return k
 }
@@ -267,7 +255,7 @@ func (s *search) solve(v int32) table {
 			base += sub.best[0].cost + kid.up*fixed*(s.total-fixed)
 		case free == 1 && fixed == 0 && kid.head < 0:
 			if leaves == nil {
-				leaves = make([]int32, 0, s.t.nodes[v].kids)
+				leaves = s.c.ranks.make(int(s.t.nodes[v].kids))[:0]
 			}
 			leaves = append(leaves, s.only(k))
 			leafUp = kid.up
@@ -283,7 +271,9 @@ func (s *search) solve(v int32) table {
 		acc = s.merge(acc, s.lowest(leaves, leafUp*(s.total-1)))
 	}
 	if acc.best == nil { // fixed devices only
-		return table{best: []choice{{cost: base}}}
+		acc.best = s.c.choices.make(1)
+		acc.best[0].cost = base
+		return acc
 	}
 	for i := range acc.best {
 		acc.best[i].cost += base
@@ -317,7 +307,7 @@ func (s *search) lowest(ranks []int32, each int64) table {
 	m := len(ranks)
 	t := table{lo: max(0, s.n-(s.free-m)), free: m}
 	hi := min(m, s.n)
-	t.best = make([]choice, 0, hi-t.lo+1)
+	t.best = s.c.choices.make(hi - t.lo + 1)[:0]
 	for k := t.lo; k <= hi; k++ {
 		t.best = append(t.best, choice{cost: int64(k) * each, ranks: ranks[:k]})
 	}
@@ -343,20 +333,23 @@ func (s *search) merge(a, b table) table {
 	}
 	out := table{free: a.free + b.free}
 	out.lo = max(a.lo+b.lo, s.n-(s.free-out.free))
-	hi := min(a.hi()+b.hi(), s.n)
-	out.best = make([]choice, 0, hi-out.lo+1)
+	aHi, bHi := a.hi(), b.hi()
+	hi := min(aHi+bHi, s.n)
+	out.best = s.c.choices.make(hi - out.lo + 1)
 	for k := out.lo; k <= hi; k++ {
-		var x, y choice
-		found := false
-		for i := max(a.lo, k-b.hi()); i <= min(a.hi(), k-b.lo); i++ {
+		from, to := max(a.lo, k-bHi), min(aHi, k-b.lo)
+		s.c.spend(to - from + 1)
+		bi, best := from, a.best[from-a.lo].cost+b.best[k-from-b.lo].cost
+		for i := from + 1; i <= to; i++ {
 			p, q := a.best[i-a.lo], b.best[k-i-b.lo]
-			s.c.spend(1)
-			cost := p.cost + q.cost
-			if !found || cost < x.cost+y.cost || cost == x.cost+y.cost && s.unionLess(p.ranks, q.ranks, x.ranks, y.ranks) {
-				x, y, found = p, q, true
+			switch cost := p.cost + q.cost; {
+			case cost < best:
+				bi, best = i, cost
+			case cost == best && s.unionLess(p.ranks, q.ranks, a.best[bi-a.lo].ranks, b.best[k-bi-b.lo].ranks):
+				bi = i
 			}
 		}
-		out.best = append(out.best, choice{cost: x.cost + y.cost, ranks: s.union(x.ranks, y.ranks)})
+		out.best[k-out.lo] = choice{cost: best, ranks: s.union(a.best[bi-a.lo].ranks, b.best[k-bi-b.lo].ranks)}
 	}
 	return out
 }
@@ -397,10 +390,24 @@ func (s *search) union(a, b []int32) []int32 {
 		return a
 	}
 	s.c.spend(len(a) + len(b))
-	out := make([]int32, 0, len(a)+len(b))
+	out := s.c.ranks.make(len(a) + len(b))[:0]
 	var i, j int
 	for range len(a) + len(b) {
 		out = append(out, next(a, b, &i, &j))
 	}
 	return out
+}
+
+// arena hands out slices of one large buffer: the search makes many small
+// tables, all dropped together when the choice is made. Slices never
+// overlap, and a full buffer is left to the ones that use it.
+type arena[T any] struct{ buf []T }
+
+func (a *arena[T]) make(n int) []T {
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]T, 0, max(n, 1024))
+	}
+	l := len(a.buf)
+	a.buf = a.buf[:l+n]
+	return a.buf[l : l+n : l+n]
 }
