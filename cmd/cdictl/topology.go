@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -56,13 +55,19 @@ type unplaced struct {
 // devices of every configured plugin, from their DEVICES answers. A host
 // without NUMA information shows one node holding everything.
 func (a *app) topology(args []string) int {
-	typ, ok := a.typeArg(args)
+	types, ok := a.typeArg(args)
 	if !ok {
 		return exitUsage
 	}
-	root := cmp.Or(a.getenv(protocol.EnvHostRoot), protocol.DefaultHostRoot)
-	host := sysfs.NewHost(root)
-	nodes, numa := a.numaNodes(host, ghwContext(root))
+	confs, err := a.configs(types...)
+	if err != nil && len(types) > 0 {
+		return a.fail(err)
+	}
+	if err != nil {
+		a.note("%v: showing the host alone", err)
+	}
+	host := sysfs.NewHost(a.cfg.HostRoot)
+	nodes, numa := a.numaNodes(host, ghwContext(a.cfg.HostRoot))
 	byID := map[int]*topoNode{}
 	for i := range nodes {
 		byID[nodes[i].ID] = &nodes[i]
@@ -81,18 +86,14 @@ func (a *app) topology(args []string) int {
 		r, _ := place(numa)
 		*r = append(*r, roots...)
 	}
-	plugins, _ := callEach(a, a.configs(typ), func(conf caller.Config, e *outcome) error {
-		devs, err := a.inventory(conf)
+	plugins, failed := callEach(a, confs, func(conf caller.Config, e *topoPlugin) error {
+		devs, has, err := a.inventory(conf)
+		e.NoInventory = !has
 		for _, d := range devs {
 			_, list := place(d.NUMA)
 			*list = append(*list, topoDevice{Type: conf.Type, Plugin: conf.Plugin, DeviceInfo: d})
 		}
 		return err
-	})
-	// A plugin without the DEVICES extension has nothing to show; only
-	// real failures fail the command.
-	failed := slices.ContainsFunc(plugins, func(o outcome) bool {
-		return o.Error != nil && o.Error.Code != protocol.CodeCommandUnsupported
 	})
 	tidy(nodes, &rest)
 	a.report("NODE\tCPUS\tMEMORY\tDISTANCES\tPCIE ROOTS\tTYPE\tPLUGIN\tDEVICES", func() [][]string { return topologyRows(nodes, rest) },
@@ -102,17 +103,11 @@ func (a *app) topology(args []string) int {
 	return status(failed)
 }
 
-// inventory asks one plugin for its DEVICES answer.
-func (a *app) inventory(conf caller.Config) ([]protocol.DeviceInfo, error) {
-	r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
-	if err != nil {
-		return nil, err
-	}
-	var list []protocol.DeviceInfo
-	if err := json.Unmarshal(r.Object["devices"], &list); err != nil {
-		return nil, fmt.Errorf("%s: DEVICES answer: %w", conf.Plugin, err)
-	}
-	return list, nil
+// topoPlugin is one plugin's outcome. NoInventory marks a plugin that has
+// none of its own: it answered DEVICES with code 3 (unsupported).
+type topoPlugin struct {
+	outcome
+	NoInventory bool `json:"noInventory,omitempty"`
 }
 
 // ghwContext configures ghw: the host below root, no external tools, no
@@ -268,7 +263,7 @@ func topologyRows(nodes []topoNode, rest unplaced) [][]string {
 		if n.Distances != nil {
 			dist = strings.Trim(fmt.Sprint(n.Distances), "[]")
 		}
-		add([]string{strconv.Itoa(n.ID), dash(n.CPUs), bytes(n.MemoryBytes), dist, dash(strings.Join(n.PCIeRoots, " "))}, n.Devices)
+		add([]string{strconv.Itoa(n.ID), dash(n.CPUs), gib(n.MemoryBytes), dist, dash(strings.Join(n.PCIeRoots, " "))}, n.Devices)
 	}
 	if len(rest.PCIeRoots)+len(rest.Devices) > 0 {
 		add([]string{"?", "-", "-", "-", dash(strings.Join(rest.PCIeRoots, " "))}, rest.Devices)
@@ -328,8 +323,8 @@ func numbered(key string) (string, int, bool) {
 
 func dash(s string) string { return cmp.Or(s, "-") }
 
-// bytes writes a memory size in GiB, "-" when unknown.
-func bytes(n int64) string {
+// gib writes a memory size in GiB, "-" when unknown.
+func gib(n int64) string {
 	if n <= 0 {
 		return "-"
 	}

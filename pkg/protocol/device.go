@@ -9,6 +9,11 @@ type DeviceInfo struct {
 	Usable bool     `json:"usable"`
 	Reason string   `json:"reason,omitempty"` // why it is not usable
 	HeldBy string   `json:"heldBy,omitempty"` // request-id holding it
+	// VendorID and DeviceID are a PCI device's ids as sysfs gives them
+	// ("0x10de"), so that inventory tools can name the device without
+	// reading the host themselves.
+	VendorID string `json:"vendorId,omitempty"`
+	DeviceID string `json:"deviceId,omitempty"`
 	// PCIeRoot is the root complex the device sits below, as the kernel
 	// names it ("pci0000:00"); PCIeBridges the PCI functions between it and
 	// the device, root port first.

@@ -13,7 +13,7 @@ import (
 
 const name = "drm"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "hands whole GPUs to containers as their DRM device nodes", New: newPlugin}
 
 // args are the drm plugin's config args (docs/plugins.md).
 type args struct {
@@ -108,9 +108,13 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		if g.Reason != "" {
 			nodes = g.minors // what the device has, for people to see
 		}
-		numa, pcie := p.host.Place(p.host.SysPath(g.Device.Dir)) // unusable devices too
+		numa, pcie := p.host.Place(p.host.SysPath(g.dir)) // unusable devices too
 		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: numa, Usable: g.Reason == "", Reason: g.Reason,
 			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key)}
+		if sysfs.IsPCIAddr(g.Device.Key) {
+			out[i].VendorID = lower(sysfs.ReadAttr(g.dir + "/vendor"))
+			out[i].DeviceID = lower(sysfs.ReadAttr(g.dir + "/device"))
+		}
 	}
 	return out, nil
 }
