@@ -76,8 +76,10 @@ func (c *chooser) pack(pool []int32, n int, fixed []int32) []int32 {
 	if n == 0 {
 		return nil
 	}
-	pool = slices.Clone(pool)
-	slices.Sort(pool)
+	if !slices.IsSorted(pool) { // callers pass rank order already
+		pool = slices.Clone(pool)
+		slices.Sort(pool)
+	}
 	groups := c.groups(pool)
 	k := fewest(groups, n)
 	spent := c.spent
@@ -123,32 +125,81 @@ func fewest(groups [][]int32, n int) int {
 
 // bestOf returns the best choice of n over the k-subsets of groups.
 func (c *chooser) bestOf(groups [][]int32, k, n int, fixed []int32) choice {
+	if !c.flat && !c.spent && n+len(fixed) >= 2 && c.hopeless(groups, k, n) {
+		c.spent = true
+	}
 	var best choice
-	consider := func(set []int) {
-		var union []int32
+	eachSet(groups, k, func(set []int) {
+		size := 0
 		for _, g := range set {
-			union = append(union, groups[g]...)
+			size += len(groups[g])
 		}
-		if len(union) < n {
+		if size < n {
 			return
 		}
-		slices.Sort(union)
-		ch := c.closest(union, n, fixed)
+		ch := choice{ranks: lowestOf(groups, set, n)}
+		if !c.flat && !c.spent && n+len(fixed) >= 2 {
+			union := make([]int32, 0, size)
+			for _, g := range set {
+				union = append(union, groups[g]...)
+			}
+			ch = c.closest(union, ch, n, fixed)
+		}
 		if best.ranks == nil || ch.better(best) {
 			best = ch
 		}
-	}
-	if binomial(len(groups), k) <= maxCombinations {
-		combinations(len(groups), k, consider)
-	} else {
-		order := make([]int, len(groups))
-		for i := range order {
-			order[i] = i
-		}
-		slices.SortStableFunc(order, func(a, b int) int { return len(groups[b]) - len(groups[a]) })
-		consider(order[:k])
-	}
+	})
 	return best
+}
+
+// hopeless reports whether the PCIe search of every k-subset would
+// clearly exceed the budget, so that it is not begun: a tree search over P
+// devices for n of them takes up to P × (min(n, P-n)+1) steps, and it is
+// given up on when that sum is eight budgets.
+func (c *chooser) hopeless(groups [][]int32, k, n int) bool {
+	work := 0
+	eachSet(groups, k, func(set []int) {
+		p := 0
+		for _, g := range set {
+			p += len(groups[g])
+		}
+		if p >= n {
+			work += p * (min(n, p-n) + 1)
+		}
+	})
+	return work > 8*budget
+}
+
+// eachSet calls fn with the k-subsets of groups to consider: all of them
+// while there are at most maxCombinations, else the k largest groups.
+func eachSet(groups [][]int32, k int, fn func([]int)) {
+	if binomial(len(groups), k) <= maxCombinations {
+		combinations(len(groups), k, fn)
+		return
+	}
+	order := make([]int, len(groups))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(groups[b]) - len(groups[a]) })
+	fn(order[:k])
+}
+
+// lowestOf merges the sorted groups of set and returns the n lowest ranks.
+func lowestOf(groups [][]int32, set []int, n int) []int32 {
+	heads := make([]int, len(set))
+	out := make([]int32, 0, n)
+	for len(out) < n {
+		pick := -1
+		for i, g := range set {
+			if heads[i] < len(groups[g]) && (pick < 0 || groups[g][heads[i]] < groups[set[pick]][heads[pick]]) {
+				pick = i
+			}
+		}
+		out = append(out, groups[set[pick]][heads[pick]])
+		heads[pick]++
+	}
+	return out
 }
 
 // combinations calls fn with every k-subset of 0..n-1, in lexical order.

@@ -33,8 +33,9 @@ func (c *chooser) spend(n int) {
 	}
 }
 
-// closest returns the n devices of union (sorted ranks) closest in the PCIe
-// tree to each other and to fixed, the lowest indices among equals.
+// closest returns the n devices of union (ranks, in any order) closest in
+// the PCIe tree to each other and to fixed, the lowest indices among
+// equals; lowest, when the budget runs out.
 //
 // The distance of two devices is the number of hops between them in the
 // PCIe tree: up to their lowest common upstream bridge and down again.
@@ -47,11 +48,7 @@ func (c *chooser) spend(n int) {
 // On a tree, the sum of pairwise distances is the sum over edges of
 // weight × (devices below) × (devices above), so a dynamic program over the
 // tree finds the best set of each size in each subtree exactly.
-func (c *chooser) closest(union []int32, n int, fixed []int32) choice {
-	lowest := choice{ranks: union[:n]}
-	if c.flat || c.spent || n+len(fixed) < 2 {
-		return lowest
-	}
+func (c *chooser) closest(union []int32, lowest choice, n int, fixed []int32) choice {
 	t := c.pcie()
 	s := &search{c: c, t: t, n: n, total: int64(n + len(fixed)), free: len(union)}
 	s.mark(union, fixed)
