@@ -234,3 +234,21 @@ func TestPlace(t *testing.T) {
 		t.Fatal("ClassDevice of a missing entry: no error")
 	}
 }
+
+func FuzzParseRow(f *testing.F) {
+	f.Add("10 16 22 28", 4)
+	f.Fuzz(func(t *testing.T, s string, want int) {
+		row, err := parseRow(s, want)
+		if err != nil {
+			return
+		}
+		if len(row) != want {
+			t.Fatalf("%q: %d distances, want %d", s, len(row), want)
+		}
+		for _, d := range row {
+			if d < 1 || d > 255 {
+				t.Fatalf("%q: distance %d", s, d)
+			}
+		}
+	})
+}
