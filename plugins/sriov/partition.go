@@ -154,15 +154,15 @@ func (p *plugin) partition(f pf, writes []int) error {
 			return setupError(f.addr, err)
 		}
 	}
-	// The kernel applies a write before it returns; waiting for the links
-	// to match after each write also covers a slow udev or a simulated
-	// kernel, and keeps "0, then N" in order.
+	// After each write, wait until the links are exactly those of n VFs:
+	// a slow udev or a simulated kernel removes and adds them in any
+	// order, and "0, then N" must not go on while old VFs linger.
 	for _, n := range writes {
 		if err := sysfs.WriteAttr(ctx, f.dir.Path+"/sriov_numvfs", strconv.Itoa(n)); err != nil {
 			return setupError(f.addr, err)
 		}
-		err := sysfs.WaitFor(ctx, fmt.Sprintf("%d VFs of %s", n, f.addr), func() bool {
-			return len(sysfs.VFs(f.dir, n+1)) == n
+		err := sysfs.WaitFor(ctx, fmt.Sprintf("exactly %d VFs of %s", n, f.addr), func() bool {
+			return sysfs.VFsSettled(f.dir, n, f.total)
 		})
 		if err != nil {
 			return setupError(f.addr, err)

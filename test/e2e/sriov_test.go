@@ -23,6 +23,13 @@ func sriovHost() fixture.Host {
 // sriovNode is a node with the simulated kernel running.
 func sriovNode(t *testing.T, h fixture.Host) *ctlNode {
 	t.Helper()
+	n, _ := sriovKernel(t, h)
+	return n
+}
+
+// sriovKernel is sriovNode that also returns the simulated kernel.
+func sriovKernel(t *testing.T, h fixture.Host) (*ctlNode, *fixture.Kernel) {
+	t.Helper()
 	n := newCtlNode(t, h, nil)
 	k, err := fixture.StartKernel(n.root, h)
 	if err != nil {
@@ -34,7 +41,7 @@ func sriovNode(t *testing.T, h fixture.Host) *ctlNode {
 			t.Errorf("the kernel refused writes: %v", r)
 		}
 	})
-	return n
+	return n, k
 }
 
 func sriovConf(args string) string {
@@ -181,6 +188,30 @@ func TestSRIOVSetupTimeout(t *testing.T) {
 	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=t")
 	if r.status != 1 || r.code(t) != 107 || !strings.Contains(r.stdout, "sriov_numvfs") {
 		t.Fatalf("ADD: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+}
+
+// A VF whose removal never finishes keeps its virtfn link: re-partitioning
+// waits for exactly the new count of VFs, up to the setup timeout, then
+// fails with 107 naming the PF; it never writes the new count over a PF
+// that still has a VF (the kernel would refuse it with EBUSY).
+func TestSRIOVWaitsForExactVFs(t *testing.T) {
+	n, k := sriovKernel(t, sriovHost())
+	four := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":4,` + drmDelegate + `}`)
+	if r := n.sriov(four, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=a"); r.status != 0 {
+		t.Fatalf("ADD: %s", r.stdout)
+	}
+	if r := n.sriov(four, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=a"); r.status != 0 {
+		t.Fatalf("DEL: %s", r.stdout)
+	}
+	k.HoldVF("0000:03:00.0", 3)
+	two := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"setup_timeout":"500ms",` + drmDelegate + `}`)
+	r := n.sriov(two, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=b")
+	if r.status != 1 || r.code(t) != 107 || !strings.Contains(r.stdout, "exactly 0 VFs of 0000:03:00.0") {
+		t.Fatalf("ADD with virtfn3 stuck: %d %s", r.status, r.stdout)
+	}
+	if recs := n.records("sriov"); len(recs) != 0 {
+		t.Fatalf("records left: %v", recs)
 	}
 }
 
