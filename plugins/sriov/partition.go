@@ -97,7 +97,7 @@ func plan(current, total, want int, busy bool) ([]int, error) {
 }
 
 // prepare runs inside ADD's store transaction: it makes sure each selected
-// PF has its VFs and returns the VFs as candidates.
+// PF has its VFs and returns the VFs that can be handed out as candidates.
 func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
 	pfs, err := p.pfs()
 	if err != nil {
@@ -124,17 +124,11 @@ func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
 				return nil, err
 			}
 			f.current = writes[len(writes)-1]
-			vfs = sysfs.VFs(f.dir, f.current)
 		}
-		for k, vf := range vfs {
-			numa := f.numa
-			if d, err := sysfs.OpenDir(p.host.PCIDir(vf)); err == nil {
-				if n := d.NUMA(); n >= 0 {
-					numa = n
-				}
-				d.Close()
+		for k, vf := range p.vfStates(f) {
+			if vf.reason == "" {
+				devs = append(devs, pool.Device{Key: vf.addr, Index: i<<16 | k, NUMA: vf.numa})
 			}
-			devs = append(devs, pool.Device{Key: vf, Index: i<<16 | k, NUMA: numa})
 		}
 	}
 	return devs, nil

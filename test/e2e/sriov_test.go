@@ -1,12 +1,17 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
@@ -96,6 +101,18 @@ func TestSRIOVDelegateToDRM(t *testing.T) {
 	if drm["a"] == nil || drm["a"].Devices()[0].Key != "0000:03:00.1" || len(drm["b"].Devices()) != 2 {
 		t.Fatalf("drm store: %+v", drm)
 	}
+	// DEVICES lists the VFs, usable (the delegate judges them), and who
+	// holds them.
+	var held []string
+	for _, d := range n.sriovDevices(conf) {
+		if !d.Usable {
+			t.Fatalf("VF %s unusable with a delegate: %s", d.Key, d.Reason)
+		}
+		held = append(held, d.Key+"="+d.HeldBy)
+	}
+	if strings.Join(held, " ") != "0000:03:00.1=a 0000:03:00.2=b 0000:03:00.3=b 0000:03:00.4=" {
+		t.Fatalf("DEVICES: %v", held)
+	}
 	// Replay answers from the record.
 	if r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=a"); strings.Join(r.devices(t), " ") != "/dev/dri/renderD160" {
 		t.Fatalf("replay: %s", r.stdout)
@@ -147,6 +164,106 @@ func TestSRIOVVFIO(t *testing.T) {
 	}
 	if r := n.sriov(conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=v"); r.status != 0 || r.stdout != "" {
 		t.Fatalf("DEL: %s", r.stdout)
+	}
+}
+
+// Without a delegate or vf_driver, only VFs bound to vfio-pci are handed
+// out, judged by their driver link: a VF left on i915 is not, even when a
+// /dev/vfio node of its group exists. DEVICES and cdictl say why.
+func TestSRIOVVFIOOnlyVFIOBound(t *testing.T) {
+	n := sriovNode(t, sriovHost())
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2}`)
+	if err := os.MkdirAll(filepath.Join(n.conf, "vgpu.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.conf, "vgpu.d/sriov.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Before the first ADD, DEVICES shows the PF and what ADD will do.
+	if d := n.sriovDevices(conf); len(d) != 1 || d[0].Key != "0000:03:00.0" || d[0].Usable || !strings.Contains(d[0].Reason, "next ADD creates 2") {
+		t.Fatalf("DEVICES before partitioning: %+v", d)
+	}
+	// The admin partitions the PF (autoprobe binds both VFs to i915), binds
+	// the second VF to vfio-pci, and the first VF's group has a node left.
+	n.partition("0000:03:00.0", 2)
+	n.bindVFIO("0000:03:00.2")
+	if err := os.WriteFile(filepath.Join(n.root, "dev/vfio/301"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	d := n.sriovDevices(conf)
+	if len(d) != 2 || d[0].Key != "0000:03:00.1" || d[0].Usable || d[0].Reason != "bound to i915, not vfio-pci (bind it to vfio-pci, or set vf_driver)" ||
+		d[1].Key != "0000:03:00.2" || !d[1].Usable || strings.Join(d[1].Nodes, " ") != "/dev/vfio/302" {
+		t.Fatalf("DEVICES: %+v", d)
+	}
+	if got := n.sriov(conf, "CDI_COMMAND=INFO").obj(t)["vgpu"]; got != float64(1) {
+		t.Fatalf("INFO = %v, want the one usable VF", got)
+	}
+	if r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:2", "CDI_REQUEST_ID=two"); r.code(t) != 103 {
+		t.Fatalf("ADD of 2 with one usable VF: %s", r.stdout)
+	}
+	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=one")
+	if r.status != 0 || strings.Join(r.devices(t), " ") != "/dev/vfio/302 /dev/vfio/vfio" {
+		t.Fatalf("ADD: %s", r.stdout)
+	}
+	// cdictl shows the reason and the holder.
+	out := n.ctl("devices", "-o", "table", "vgpu").stdout
+	if !strings.Contains(out, "unusable: bound to i915, not vfio-pci") || !strings.Contains(out, "held by one") {
+		t.Fatalf("cdictl devices:\n%s", out)
+	}
+}
+
+// sriovDevices runs DEVICES and decodes the inventory.
+func (n *ctlNode) sriovDevices(conf string) []skel.DeviceInfo {
+	n.t.Helper()
+	r := n.sriov(conf, "CDI_COMMAND=DEVICES")
+	var out struct{ Devices []skel.DeviceInfo }
+	if err := json.Unmarshal([]byte(r.stdout), &out); r.status != 0 || err != nil {
+		n.t.Fatalf("DEVICES: %d %s %v", r.status, r.stdout, err)
+	}
+	return out.Devices
+}
+
+// partition writes sriov_numvfs as an admin would and waits for the
+// simulated kernel to create the VFs.
+func (n *ctlNode) partition(pf string, vfs int) {
+	n.t.Helper()
+	dir := filepath.Join(n.root, "sys/bus/pci/devices", pf)
+	if err := os.WriteFile(filepath.Join(dir, "sriov_numvfs"), []byte(strconv.Itoa(vfs)), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	for k := range vfs {
+		n.await(func() bool {
+			_, err := os.Stat(filepath.Join(dir, fmt.Sprintf("virtfn%d", k), "driver"))
+			return err == nil
+		})
+	}
+}
+
+// bindVFIO binds a VF to vfio-pci through driver_override and
+// drivers_probe, as an admin would, and waits for the driver link.
+func (n *ctlNode) bindVFIO(vf string) {
+	n.t.Helper()
+	dir := filepath.Join(n.root, "sys/bus/pci/devices", vf)
+	if err := os.WriteFile(filepath.Join(dir, "driver_override"), []byte("vfio-pci"), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.root, "sys/bus/pci/drivers_probe"), []byte(vf), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	n.await(func() bool {
+		l, _ := os.Readlink(filepath.Join(dir, "driver"))
+		return filepath.Base(l) == "vfio-pci"
+	})
+}
+
+// await polls until ok, failing the test after 10 seconds: a simulated
+// kernel that never gets there is a broken fixture, not a slow machine.
+func (n *node) await(ok func() bool) {
+	n.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			n.t.Fatal("the simulated kernel did not get there in 10 s")
+		}
 	}
 }
 
