@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
@@ -76,17 +76,17 @@ func (p *plugin) groupNode(group string) string {
 
 // inventory answers DEVICES: every VF of the selected PFs with whether it
 // can be handed out and why not, and each PF that has no VFs yet.
-func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
+func (p *plugin) inventory() ([]protocol.DeviceInfo, error) {
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, err
 	}
-	var out []skel.DeviceInfo
+	var out []protocol.DeviceInfo
 	for _, f := range pfs {
 		vfs := p.vfStates(f)
 		f.dir.Close()
 		if len(vfs) == 0 {
-			out = append(out, skel.DeviceInfo{Key: f.addr, Nodes: []string{}, NUMA: f.numa,
+			out = append(out, protocol.DeviceInfo{Key: f.addr, Nodes: []string{}, NUMA: f.numa,
 				Reason: fmt.Sprintf("a PF without VFs: the next ADD creates %d", min(p.numVFs, f.total))})
 		}
 		for _, v := range vfs {
@@ -94,7 +94,7 @@ func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
 			if p.delegate == nil && v.group != "" {
 				nodes = append(nodes, "/dev/vfio/"+v.group)
 			}
-			out = append(out, skel.DeviceInfo{Key: v.addr, Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason})
+			out = append(out, protocol.DeviceInfo{Key: v.addr, Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason})
 		}
 	}
 	return out, nil

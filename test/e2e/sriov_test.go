@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
@@ -213,10 +213,10 @@ func TestSRIOVVFIOOnlyVFIOBound(t *testing.T) {
 }
 
 // sriovDevices runs DEVICES and decodes the inventory.
-func (n *ctlNode) sriovDevices(conf string) []skel.DeviceInfo {
+func (n *ctlNode) sriovDevices(conf string) []protocol.DeviceInfo {
 	n.t.Helper()
 	r := n.sriov(conf, "CDI_COMMAND=DEVICES")
-	var out struct{ Devices []skel.DeviceInfo }
+	var out struct{ Devices []protocol.DeviceInfo }
 	if err := json.Unmarshal([]byte(r.stdout), &out); r.status != 0 || err != nil {
 		n.t.Fatalf("DEVICES: %d %s %v", r.status, r.stdout, err)
 	}
