@@ -332,7 +332,8 @@ func (p Pool) publish(st *store.Store, rec *store.Record, held []answer, undo []
 			nodes = append(nodes, cdispec.Stat(c.Env.HostRoot, path))
 		}
 	}
-	err := p.Spec.Write(c.RequestID, nodes)
+	owner := p.owner(st)
+	err := p.Spec.Write(owner, c.RequestID, nodes)
 	if err == nil {
 		p.removeOrphans(st)
 		return nil
@@ -351,17 +352,27 @@ func (p Pool) publish(st *store.Store, rec *store.Record, held []answer, undo []
 		undo[i]()
 	}
 	if rollback != nil {
-		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", p.Spec.Path(c.RequestID), err, rollback)
+		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", p.Spec.Path(owner, c.RequestID), err, rollback)
 	}
-	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", p.Spec.Path(c.RequestID), err)
+	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", p.Spec.Path(owner, c.RequestID), err)
 }
 
-// removeOrphans deletes spec files whose request-id holds nothing in the
-// store: left by a crash between a DEL's commit and its file removal.
+// owner names this plugin's store as the owner of the spec files it
+// writes (docs/cdi-bridge.md#ownership).
+func (p Pool) owner(st *store.Store) cdispec.Owner {
+	o := cdispec.Owner{Plugin: p.Name}
+	_ = st.View(func(tx *store.Tx) error { o.Store = tx.ID(); return nil })
+	return o
+}
+
+// removeOrphans deletes the store's own spec files whose request-id holds
+// nothing in it: left by a crash between a DEL's commit and its file
+// removal. Other stores' files are never touched.
 func (p Pool) removeOrphans(st *store.Store) {
 	spec := p.Spec
 	_ = st.View(func(tx *store.Tx) error {
-		ids, err := spec.Orphans(func(id string) bool {
+		o := cdispec.Owner{Plugin: p.Name, Store: tx.ID()}
+		ids, err := spec.Orphans(o, func(id string) bool {
 			r, err := tx.Get(id)
 			return err != nil || r != nil
 		})
@@ -369,7 +380,7 @@ func (p Pool) removeOrphans(st *store.Store) {
 			p.Call.Warnf("looking for orphaned CDI specs: %v", err)
 		}
 		for _, id := range ids {
-			if err := spec.Remove(id); err != nil {
+			if err := spec.Remove(o, id); err != nil {
 				p.Call.Warnf("removing orphaned CDI spec: %v", err)
 			}
 		}
@@ -377,12 +388,13 @@ func (p Pool) removeOrphans(st *store.Store) {
 	})
 }
 
-// unpublish removes a request's spec file, if specs are published.
-func (p Pool) unpublish(id string) {
+// unpublish removes the store's own spec file of a request, if specs are
+// published.
+func (p Pool) unpublish(st *store.Store, id string) {
 	if p.Spec == nil {
 		return
 	}
-	if err := p.Spec.Remove(id); err != nil {
+	if err := p.Spec.Remove(p.owner(st), id); err != nil {
 		p.Call.Warnf("removing CDI spec: %v", err)
 	}
 }
@@ -398,7 +410,7 @@ func appendNode(nodes []int, n int) []int {
 func (p Pool) Del(context.Context, *skel.Call) error {
 	path := store.Path(p.Call.Env.StateDir, p.Name)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		p.unpublish(p.Call.RequestID) // an orphan, if anything
+		// No store, so no spec file is ours.
 		return protocol.NewError(protocol.CodeUnknownRequestID, "")
 	}
 	st, err := Open(p.Name, p.Call, false)
@@ -423,7 +435,7 @@ func (p Pool) Del(context.Context, *skel.Call) error {
 	})
 	var e *protocol.Error
 	if err == nil || errors.As(err, &e) && e.Code == protocol.CodeUnknownRequestID {
-		p.unpublish(p.Call.RequestID)
+		p.unpublish(st, p.Call.RequestID)
 	}
 	if err != nil {
 		return storeError(err)
@@ -476,7 +488,7 @@ func (p Pool) GC(context.Context, *skel.Call) (*skel.GCResult, error) {
 		return nil, storeError(err)
 	}
 	for _, id := range res.Freed {
-		p.unpublish(id)
+		p.unpublish(st, id)
 	}
 	if p.Spec != nil {
 		p.removeOrphans(st)
