@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
@@ -76,7 +78,7 @@ func (p *plugin) groupNode(group string) string {
 
 // inventory answers DEVICES: every VF of the selected PFs with whether it
 // can be handed out and why not, and each PF that has no VFs yet.
-func (p *plugin) inventory() ([]protocol.DeviceInfo, error) {
+func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, err
@@ -86,16 +88,26 @@ func (p *plugin) inventory() ([]protocol.DeviceInfo, error) {
 		vfs := p.vfStates(f)
 		f.dir.Close()
 		if len(vfs) == 0 {
-			out = append(out, protocol.DeviceInfo{Key: f.addr, Nodes: []string{}, NUMA: f.numa,
-				Reason: fmt.Sprintf("a PF without VFs: the next ADD creates %d", min(p.numVFs, f.total))})
+			out = append(out, p.info(f.addr, protocol.DeviceInfo{Nodes: []string{}, NUMA: f.numa,
+				Reason: fmt.Sprintf("a PF without VFs: the next ADD creates %d", min(p.numVFs, f.total))}))
 		}
 		for _, v := range vfs {
 			nodes := []string{}
 			if p.delegate == nil && v.group != "" {
 				nodes = append(nodes, "/dev/vfio/"+v.group)
 			}
-			out = append(out, protocol.DeviceInfo{Key: v.addr, Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason})
+			out = append(out, p.info(v.addr, protocol.DeviceInfo{Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason}))
 		}
 	}
 	return out, nil
+}
+
+// info completes a PCI function's inventory entry with its key and ids.
+func (p *plugin) info(addr string, d protocol.DeviceInfo) protocol.DeviceInfo {
+	d.Key = addr
+	if dir, err := sysfs.OpenDir(p.host.PCIDir(addr)); err == nil {
+		d.VendorID, d.DeviceID = lowerAttr(dir, "vendor"), lowerAttr(dir, "device")
+		dir.Close()
+	}
+	return d
 }

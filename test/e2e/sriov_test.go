@@ -192,7 +192,7 @@ func TestSRIOVVFIOOnlyVFIOBound(t *testing.T) {
 	}
 	d := n.sriovDevices(conf)
 	if len(d) != 2 || d[0].Key != "0000:03:00.1" || d[0].Usable || d[0].Reason != "bound to i915, not vfio-pci (bind it to vfio-pci, or set vf_driver)" ||
-		d[1].Key != "0000:03:00.2" || !d[1].Usable || strings.Join(d[1].Nodes, " ") != "/dev/vfio/302" {
+		d[1].Key != "0000:03:00.2" || !d[1].Usable || strings.Join(d[1].Nodes, " ") != "/dev/vfio/302" || d[1].VendorID != "0x8086" || d[1].DeviceID != "0x56c0" {
 		t.Fatalf("DEVICES: %+v", d)
 	}
 	if got := n.sriov(conf, "CDI_COMMAND=INFO").obj(t)["vgpu"]; got != float64(1) {
