@@ -9,7 +9,9 @@ import (
 // Prefer chooses size devices out of available for the kubelet: every
 // device of must, then the rest by the plugins' own rules (pkg/alloc): as
 // close as possible to the NUMA nodes of must (or, without must, on the
-// fewest NUMA nodes), then in the plugin's preference order. Devices that
+// fewest NUMA nodes), then closest in the PCIe tree, then in the plugin's
+// preference order. The NUMA distance matrix is not known here, so a
+// fallback beyond the nodes of must takes the fewest further nodes. Devices that
 // no request-id holds come first; devices still held by an allocation
 // waiting for garbage collection are taken only when the free ones do not
 // suffice. When available cannot fill size, Prefer returns what there is
@@ -54,9 +56,9 @@ func Prefer(devs []Device, available, must []string, size int) []string {
 	cands := make([]alloc.Candidate, len(pool))
 	for i, id := range pool {
 		d, r := lookup(id)
-		cands[i] = alloc.Candidate{Index: r, NUMA: d.NUMA}
+		cands[i] = alloc.Candidate{Index: r, NUMA: d.NUMA, PCIe: d.PCIe}
 	}
-	pos, _ := alloc.Choose(cands, n, locality, false) // n fits: no error
+	pos, _ := alloc.Choose(cands, alloc.Request{N: n, Locality: locality}) // n fits: no error
 	for _, p := range pos {
 		out = append(out, pool[p])
 	}

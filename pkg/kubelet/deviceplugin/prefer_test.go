@@ -40,3 +40,17 @@ func TestPrefer(t *testing.T) {
 		}
 	}
 }
+
+// Among devices on one NUMA node, two under one PCIe switch are preferred
+// to two under different root ports, as the plugins choose.
+func TestPreferPCIe(t *testing.T) {
+	under := func(port, dev string) []string { return []string{"pci0000:00", port, dev} }
+	devs := []Device{
+		{ID: "g0", NUMA: 0, Free: true, PCIe: under("0000:00:01.0", "0000:01:00.0")},
+		{ID: "g1", NUMA: 0, Free: true, PCIe: under("0000:00:02.0", "0000:02:00.0")},
+		{ID: "g2", NUMA: 0, Free: true, PCIe: under("0000:00:02.0", "0000:02:01.0")},
+	}
+	if got := Prefer(devs, []string{"g0", "g1", "g2"}, nil, 2); !slices.Equal(got, []string{"g1", "g2"}) {
+		t.Errorf("got %v, want the pair under one port", got)
+	}
+}
