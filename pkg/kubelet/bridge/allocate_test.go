@@ -2,8 +2,6 @@ package bridge
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -66,8 +64,8 @@ func TestAllocate(t *testing.T) {
 
 	// The spec file is where the bridge put it, and the upstream library
 	// loads it and injects exactly the two ttys.
-	if _, err := os.Stat(filepath.Join(n.specDir, "cdi-exec.io-tty_"+id+".json")); err != nil {
-		t.Fatal(err)
+	if got := n.specFiles(id); len(got) != 1 {
+		t.Fatalf("spec files of %s: %v", id, got)
 	}
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(n.specDir), cdi.WithAutoRefresh(false))
 	if err != nil {

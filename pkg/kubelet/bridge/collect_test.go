@@ -3,8 +3,6 @@ package bridge
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -102,11 +100,11 @@ func TestCollect(t *testing.T) {
 			t.Fatalf("step %d (+%v): held by %v, want %v", i, s.at, got, s.want)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(n.specDir, "cdi-exec.io-tty_"+n.gone+".json")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the freed allocation's spec file: %v", err)
+	if got := n.specFiles(n.gone); len(got) != 0 {
+		t.Fatalf("the freed allocation's spec files: %v", got)
 	}
-	if _, err := os.Stat(filepath.Join(n.specDir, "cdi-exec.io-tty_"+n.live+".json")); err != nil {
-		t.Fatalf("the live allocation's spec file: %v", err)
+	if got := n.specFiles(n.live); len(got) != 1 {
+		t.Fatalf("the live allocation's spec files: %v", got)
 	}
 }
 

@@ -192,3 +192,14 @@ func (n *node) held(t *testing.T, plugin, id string) []string {
 	}
 	return keys
 }
+
+// specFiles lists the spec files of a request-id in the node's CDI spec
+// directory, whatever store owns them (docs/cdi-bridge.md).
+func (n *node) specFiles(id string) []string {
+	n.t.Helper()
+	files, err := filepath.Glob(filepath.Join(n.specDir, "cdi-exec.io-tty_"+id+"_*.json"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return files
+}
