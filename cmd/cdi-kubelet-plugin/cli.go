@@ -68,6 +68,11 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	fs, opt := flags(e)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usageText); fs.PrintDefaults() }
+	for _, a := range args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(e.stdout) // help that was asked for goes to stdout
+		}
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -88,6 +93,12 @@ func run(ctx context.Context, args []string, e env) int {
 		opt.Log.Error("cannot start", "err", err)
 		return exitFailed
 	}
+	lock, err := lockDevicePlugin(ctx, e, b, opt.Prefix)
+	if err != nil {
+		opt.Log.Error("cannot start", "err", err)
+		return exitFailed
+	}
+	defer lock.Release()
 	if err := b.Run(ctx); err != nil {
 		opt.Log.Error("stopped", "err", err)
 		return exitFailed

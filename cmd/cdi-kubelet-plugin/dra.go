@@ -64,6 +64,11 @@ func runDRA(ctx context.Context, args []string, e env) int {
 	var kubeconfig string
 	fs, opt := draFlags(e, &kubeconfig)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), draUsage); fs.PrintDefaults() }
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(e.stdout) // help that was asked for goes to stdout
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK

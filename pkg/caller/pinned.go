@@ -8,7 +8,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/abnf"
 )
 
-// AddDevices runs a pinned ADD (docs/protocol.md#pinned-add): it asks one
+// AddDevices runs a pinned ADD (docs/protocol.md#extension-pinned-add): it asks one
 // plugin for exactly the devices named by keys, the keys its DEVICES
 // answer reports, as len(keys) of spec.
 func (c Caller) AddDevices(ctx context.Context, conf Config, id string, spec abnf.Spec, keys []string) (*Added, error) {

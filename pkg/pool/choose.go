@@ -14,25 +14,31 @@ import (
 // picker chooses the devices of one request item among devs, the usable
 // devices present, in discovery order; free reports whether a device may
 // be handed out (no request holds it and no earlier item of this request
-// took it). byCount is the only way of choosing today. A pinned ADD
-// (CDI_REQUEST_DEVICES) is a second picker that takes the named keys in
-// their order, telling an unknown key from a held one by free, together
-// with its own check in adder.replay.
+// took it). byCount chooses by count; byKeys (pin.go) takes the devices a
+// pinned ADD names (CDI_REQUEST_DEVICES), and adder.replay checks a
+// replayed pinned item against the recorded keys.
 type picker func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error)
 
-// byCount chooses item.Amount free devices with alloc.Choose: the fewest
-// NUMA groups, the requested locality first (mandatory when strict).
-func byCount(locality []int, strict bool) picker {
+// byCount chooses item.Amount free devices by alloc's rules
+// (docs/protocol.md#choice-rules): the requested locality first (mandatory
+// when strict), then the nearest further nodes by dist, read only when the
+// choice falls back to them; the fewest NUMA nodes; PCIe closeness; the
+// lowest indices.
+func byCount(locality []int, strict bool, dist func() alloc.Distances) picker {
 	return func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error) {
 		var avail []Device
 		var cands []alloc.Candidate
 		for _, d := range devs {
 			if free(d.Key) {
 				avail = append(avail, d)
-				cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA})
+				cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA, PCIe: d.PCIe})
 			}
 		}
-		pos, err := alloc.Choose(cands, item.Amount, locality, strict)
+		req := alloc.Request{N: item.Amount, Locality: locality, Strict: strict}
+		if alloc.NeedsDistances(cands, req) {
+			req.Distances = dist()
+		}
+		pos, err := alloc.Choose(cands, req)
 		switch {
 		case errors.Is(err, alloc.ErrInsufficient):
 			return nil, protocol.Errorf(protocol.CodeInsufficient, "%s: %v", item.Spec, err)
@@ -60,7 +66,7 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, fre
 	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
 	if a.pool.Handout == nil {
 		for _, d := range chosen {
-			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: d.NUMA})
+			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: a.pool.numa(ctx, a.call, d)})
 		}
 		return al, nil
 	}
@@ -73,7 +79,7 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, fre
 	}
 	al.Nodes, al.Delegate = protocol.NonNil(h.Nodes), h.Delegate
 	for _, d := range chosen {
-		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: d.NUMA})
+		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: a.pool.numa(ctx, a.call, d)})
 	}
 	return al, nil
 }

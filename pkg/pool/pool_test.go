@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
@@ -163,11 +164,13 @@ type step struct {
 	id      string
 	request string
 	numa    []int
+	pinned  []string // ADD: CDI_REQUEST_DEVICES
 	valid   []string // GC
 
 	before func(h *host) // changes the host first
 
 	code    int      // expected protocol code, 0 for success
+	detail  string   // a text the error must contain
 	devices []string // ADD: the nodes answered
 	local   []int    // ADD: the NUMA nodes answered
 	freed   []string // GC
@@ -182,7 +185,9 @@ func (e *env) run(i int, s step) {
 	switch s.cmd {
 	case "", protocol.CmdAdd:
 		var res *skel.AddResult
-		res, err = e.add(s.id, s.request, s.numa...)
+		c := e.call(protocol.CmdAdd, s.id, s.request, s.numa)
+		c.Pinned = s.pinned
+		res, err = e.pool.Add(context.Background(), c)
 		if err == nil && (!slices.Equal(res.Devices, s.devices) || !slices.Equal(res.NUMA, s.local)) {
 			e.t.Errorf("step %d: ADD %s %s = %v numa %v; want %v numa %v", i, s.id, s.request, res.Devices, res.NUMA, s.devices, s.local)
 		}
@@ -197,6 +202,9 @@ func (e *env) run(i int, s step) {
 	}
 	if code(err) != s.code {
 		e.t.Errorf("step %d: %s %s: error %v; want code %d", i, s.cmd, s.id, err, s.code)
+	}
+	if s.detail != "" && (err == nil || !strings.Contains(err.Error(), s.detail)) {
+		e.t.Errorf("step %d: %s %s: error %v; want it to say %q", i, s.cmd, s.id, err, s.detail)
 	}
 }
 
@@ -319,19 +327,24 @@ func TestCommands(t *testing.T) {
 			for i, s := range tt.steps {
 				e.run(i, s)
 			}
-			if tt.after == nil {
-				return
-			}
-			got := e.records()
-			if len(got) != len(tt.after) {
-				t.Errorf("store holds %v; want %v", got, tt.after)
-			}
-			for id, keys := range tt.after {
-				if !slices.Equal(got[id], keys) {
-					t.Errorf("store: %s holds %v; want %v", id, got[id], keys)
-				}
+			if tt.after != nil {
+				e.wantStore(tt.after)
 			}
 		})
+	}
+}
+
+// wantStore checks that the store holds exactly want: request-id → keys.
+func (e *env) wantStore(want map[string][]string) {
+	e.t.Helper()
+	got := e.records()
+	if len(got) != len(want) {
+		e.t.Errorf("store holds %v; want %v", got, want)
+	}
+	for id, keys := range want {
+		if !slices.Equal(got[id], keys) {
+			e.t.Errorf("store: %s holds %v; want %v", id, got[id], keys)
+		}
 	}
 }
 
@@ -561,9 +574,24 @@ func specEnv(t *testing.T) *env {
 	return e
 }
 
+// owner is the spec owner of the env's store.
+func (e *env) owner() cdispec.Owner {
+	e.t.Helper()
+	st, err := store.Open(store.Path(e.state, e.pool.Name), store.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer st.Close()
+	o := cdispec.Owner{Plugin: e.pool.Name}
+	if err := st.View(func(tx *store.Tx) error { o.Store = tx.ID(); return nil }); err != nil {
+		e.t.Fatal(err)
+	}
+	return o
+}
+
 func (e *env) specNodes(id string) []string {
 	e.t.Helper()
-	b, err := os.ReadFile(e.pool.Spec.Path(id))
+	b, err := os.ReadFile(e.pool.Spec.Path(e.owner(), id))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -588,20 +616,28 @@ func TestPublish(t *testing.T) {
 	}
 
 	// A replay rewrites a spec that is missing (a crash after the commit).
-	os.Remove(e.pool.Spec.Path("a"))
+	os.Remove(e.pool.Spec.Path(e.owner(), "a"))
 	if _, err := e.add("a", "gpu:2"); err != nil || e.specNodes("a") == nil {
 		t.Errorf("replay did not rewrite the spec: %v", err)
 	}
 
-	// An orphan (a crash after a DEL's commit) goes at the next ADD.
-	if err := e.pool.Spec.Write("ghost", nil); err != nil {
+	// An orphan (a crash after a DEL's commit) goes at the next ADD;
+	// another store's file of the same kind stays.
+	if err := e.pool.Spec.Write(e.owner(), "ghost", nil); err != nil {
+		t.Fatal(err)
+	}
+	other := cdispec.Owner{Plugin: "fake", Store: "0123"}
+	if err := e.pool.Spec.Write(other, "elsewhere", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.add("b", "gpu:1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(e.pool.Spec.Path("ghost")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(e.pool.Spec.Path(e.owner(), "ghost")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("orphan kept: %v", err)
+	}
+	if _, err := os.Stat(e.pool.Spec.Path(other, "elsewhere")); err != nil {
+		t.Errorf("another store's spec removed: %v", err)
 	}
 
 	// DEL and GC remove the files of what they free.

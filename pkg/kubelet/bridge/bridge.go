@@ -130,7 +130,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		b.collectEvery(ctx, b.opt.GCInterval)
+		every(ctx, b.opt.GCInterval, nil, func() { _ = b.collect(ctx, time.Now()) })
 	}()
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -146,18 +146,5 @@ func (b *Bridge) onRegister(r *resource) func(bool) {
 		if again {
 			r.gc.Reset()
 		}
-	}
-}
-
-func (b *Bridge) collectEvery(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		_ = b.collect(ctx, time.Now())
 	}
 }

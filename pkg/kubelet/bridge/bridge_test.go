@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,5 +249,23 @@ func TestLateKubeletAndShutdown(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+}
+
+// A second bridge for the same resource does not take the first's socket.
+func TestSecondBridgeRefused(t *testing.T) {
+	n := ttyNode(t)
+	n.start(n.options())
+	n.register()
+	b, err := New(n.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "another process serves this socket") {
+		t.Fatalf("second bridge: %v", err)
+	}
+	if got, want := n.watch(n.kubelet.Dial("cdi-exec.io-tty.sock")).next(), healthyTTYs(13, 19); !slices.Equal(got, want) {
+		t.Fatalf("the first bridge's devices %v, want %v", got, want)
 	}
 }

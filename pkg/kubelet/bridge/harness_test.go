@@ -170,3 +170,36 @@ func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
 }
+
+// held returns the device keys id holds in a plugin's store, or every
+// held key when id is "", read through the plugin's DEVICES.
+func (n *node) held(t *testing.T, plugin, id string) []string {
+	t.Helper()
+	var conf string
+	switch plugin {
+	case "generic-tty":
+		conf = ttyConf
+	case "drm":
+		conf = gpuConf
+	}
+	out := n.plugin(plugin, conf, "CDI_COMMAND=DEVICES")
+	var keys []string
+	for _, d := range out["devices"].([]any) {
+		m := d.(map[string]any)
+		if h, _ := m["heldBy"].(string); h != "" && (id == "" || h == id) {
+			keys = append(keys, m["key"].(string))
+		}
+	}
+	return keys
+}
+
+// specFiles lists the spec files of a request-id in the node's CDI spec
+// directory, whatever store owns them (docs/cdi-bridge.md).
+func (n *node) specFiles(id string) []string {
+	n.t.Helper()
+	files, err := filepath.Glob(filepath.Join(n.specDir, "cdi-exec.io-tty_"+id+"_*.json"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return files
+}

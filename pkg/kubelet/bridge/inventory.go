@@ -11,6 +11,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/kubelet/deviceplugin"
 	"github.com/cdi-exec/plugins/pkg/kubelet/reqid"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // entry is one device of a plugin's DEVICES answer, as the bridge uses it.
@@ -73,6 +74,7 @@ func (inv inventory) offer(typ string) []deviceplugin.Device {
 		out[i] = deviceplugin.Device{
 			ID:      e.Key,
 			NUMA:    e.NUMA,
+			PCIe:    chain(e.DeviceInfo),
 			Healthy: e.HeldBy == "" || reqid.Made(e.HeldBy, typ),
 			Free:    e.HeldBy == "",
 		}
@@ -89,4 +91,19 @@ func (inv inventory) held(typ string) []string {
 		}
 	}
 	return ids
+}
+
+// chain rebuilds a device's place in the PCIe tree as pkg/alloc reads it:
+// the root complex, the bridges, and the device's own function when it is
+// one (a GPU keyed by its PCI address; a USB serial tty hangs off the last
+// bridge).
+func chain(d protocol.DeviceInfo) []string {
+	if d.PCIeRoot == "" {
+		return nil
+	}
+	c := append([]string{d.PCIeRoot}, d.PCIeBridges...)
+	if sysfs.IsPCIAddr(d.Key) {
+		c = append(c, d.Key)
+	}
+	return c
 }

@@ -63,6 +63,9 @@ func (r *resource) Devices() ([]deviceplugin.Device, <-chan struct{}) {
 func (r *resource) refresh(ctx context.Context) {
 	for i, conf := range r.confs {
 		devs, err := devices(ctx, r.caller, conf)
+		if ctx.Err() != nil {
+			return // shutting down: a cancelled run says nothing of the plugin
+		}
 		r.mu.Lock()
 		wasFailing := r.failing[i]
 		r.failing[i] = err != nil
@@ -124,6 +127,12 @@ func (r *resource) pollNow() {
 // poll refreshes the devices every interval, and when poked, until ctx
 // ends.
 func (r *resource) poll(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, r.poke, func() { r.refresh(ctx) })
+}
+
+// every calls fn every interval, and whenever poke delivers (a nil poke
+// never does), until ctx ends.
+func every(ctx context.Context, interval time.Duration, poke <-chan struct{}, fn func()) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -131,9 +140,9 @@ func (r *resource) poll(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-r.poke:
+		case <-poke:
 		}
-		r.refresh(ctx)
+		fn()
 	}
 }
 

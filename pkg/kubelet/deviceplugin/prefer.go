@@ -9,7 +9,9 @@ import (
 // Prefer chooses size devices out of available for the kubelet: every
 // device of must, then the rest by the plugins' own rules (pkg/alloc): as
 // close as possible to the NUMA nodes of must (or, without must, on the
-// fewest NUMA nodes), then in the plugin's preference order. Devices that
+// fewest NUMA nodes), then closest in the PCIe tree, then in the plugin's
+// preference order. The NUMA distance matrix is not known here, so a
+// fallback beyond the nodes of must takes the fewest further nodes. Devices that
 // no request-id holds come first; devices still held by an allocation
 // waiting for garbage collection are taken only when the free ones do not
 // suffice. When available cannot fill size, Prefer returns what there is
@@ -19,50 +21,44 @@ func Prefer(devs []Device, available, must []string, size int) []string {
 	for i, d := range devs {
 		rank[d.ID] = i
 	}
-	known := func(id string) (Device, int) {
+	// lookup returns a device and its rank; unknown ids rank last.
+	lookup := func(id string) (Device, int) {
 		if i, ok := rank[id]; ok {
 			return devs[i], i
 		}
 		return Device{ID: id, NUMA: alloc.Unknown}, len(devs)
 	}
-	out := slices.Clone(must)
 	var locality []int
 	for _, id := range must {
-		if d, _ := known(id); d.NUMA >= 0 && !slices.Contains(locality, d.NUMA) {
+		if d, _ := lookup(id); d.NUMA >= 0 && !slices.Contains(locality, d.NUMA) {
 			locality = append(locality, d.NUMA)
 		}
 	}
-	var free, rest []string
+	var free, held []string
 	for _, id := range available {
-		if slices.Contains(must, id) || slices.Contains(free, id) || slices.Contains(rest, id) {
-			continue
-		}
-		if d, _ := known(id); d.Free {
+		switch d, _ := lookup(id); {
+		case slices.Contains(must, id), slices.Contains(free, id), slices.Contains(held, id):
+		case d.Free:
 			free = append(free, id)
-		} else {
-			rest = append(rest, id)
+		default:
+			held = append(held, id)
 		}
 	}
-	n := size - len(must)
+	n := min(size-len(must), len(free)+len(held))
 	pool := free
 	if len(free) < n {
-		pool = append(free, rest...)
+		pool = append(free, held...)
 	}
+	out := slices.Clone(must)
 	if n <= 0 {
 		return out
 	}
-	if n > len(pool) {
-		n = len(pool)
-	}
 	cands := make([]alloc.Candidate, len(pool))
 	for i, id := range pool {
-		d, r := known(id)
-		cands[i] = alloc.Candidate{Index: r, NUMA: d.NUMA}
+		d, r := lookup(id)
+		cands[i] = alloc.Candidate{Index: r, NUMA: d.NUMA, PCIe: d.PCIe}
 	}
-	pos, err := alloc.Choose(cands, n, locality, false)
-	if err != nil {
-		return append(out, pool[:n]...) // not reached: n fits the pool
-	}
+	pos, _ := alloc.Choose(cands, alloc.Request{N: n, Locality: locality}) // n fits: no error
 	for _, p := range pos {
 		out = append(out, pool[p])
 	}

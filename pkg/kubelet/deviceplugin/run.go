@@ -70,6 +70,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer tick.Stop()
 	var srv *grpc.Server
 	var own, kubelet ident // what is served and what was registered with
+	var failed ident       // the kubelet socket the last registration failed on
 	defer func() {
 		if srv != nil {
 			srv.Stop()
@@ -91,7 +92,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		if now := identOf(filepath.Join(p.Dir, KubeletSocket)); now != (ident{}) && now != kubelet {
 			if err := p.register(ctx); err != nil {
-				p.Log.Warn("registration failed; trying again", "resource", p.Resource, "err", err)
+				if failed != now { // once per kubelet socket, not every tick
+					p.Log.Warn("registration failed; trying again", "resource", p.Resource, "err", err)
+					failed = now
+				}
 			} else {
 				kubelet = now
 				p.Log.Info("registered with the kubelet", "resource", p.Resource, "socket", p.socketPath())
@@ -111,10 +115,15 @@ func (p *Plugin) Run(ctx context.Context) error {
 
 func (p *Plugin) socketPath() string { return filepath.Join(p.Dir, p.Socket) }
 
-// serve listens on the plugin's socket, replacing a stale one, and serves
-// the DevicePlugin service on it.
+// serve listens on the plugin's socket, replacing a stale one (one nobody
+// answers on: a second bridge for the same resource is refused), and
+// serves the DevicePlugin service on it.
 func (p *Plugin) serve() (*grpc.Server, ident, error) {
 	path := p.socketPath()
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, ident{}, fmt.Errorf("%s: another process serves this socket", path)
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, ident{}, fmt.Errorf("removing stale socket: %w", err)
 	}

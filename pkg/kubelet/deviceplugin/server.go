@@ -19,8 +19,9 @@ import (
 // Device is one device offered to the kubelet.
 type Device struct {
 	ID      string
-	NUMA    int  // NUMA node, or -1 when unknown
-	Healthy bool // the kubelet may hand it out
+	NUMA    int      // NUMA node, or -1 when unknown
+	PCIe    []string // place in the PCIe tree (alloc.Candidate.PCIe); nil when unknown
+	Healthy bool     // the kubelet may hand it out
 	// Free means no request-id holds it; GetPreferredAllocation prefers
 	// free devices over healthy ones that are still held (by an
 	// allocation the garbage collector has not freed yet).

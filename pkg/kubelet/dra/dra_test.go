@@ -198,6 +198,7 @@ func (n *node) checkPrepared(c *resourceapi.ResourceClaim, got *drapb.NodePrepar
 	for _, k := range keys {
 		nodes = append(nodes, "/dev/"+k)
 	}
+	slices.Sort(nodes)
 	if got := n.specNodes(got.Devices[0].CDIDeviceIDs); !slices.Equal(got, nodes) {
 		n.t.Fatalf("the CDI spec gives the container %v, want %v", got, nodes)
 	}

@@ -65,6 +65,9 @@ func (k *Kubelet) serve(path string, register func(*grpc.Server)) *grpc.Server {
 	if err != nil {
 		k.t.Fatal(err)
 	}
+	// A listener closed after its path was replaced would remove the new
+	// socket; Stop removes the paths itself.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	s := grpc.NewServer()
 	register(s)
 	go func() { _ = s.Serve(l) }()
@@ -82,6 +85,9 @@ func (k *Kubelet) Stop() {
 	if k.pr != nil {
 		k.pr.Stop()
 		k.pr = nil
+	}
+	for _, p := range []string{filepath.Join(k.PluginDir(), "kubelet.sock"), filepath.Join(k.Root, "pod-resources", "kubelet.sock")} {
+		_ = os.Remove(p)
 	}
 }
 

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cdi-exec/plugins/pkg/kubelet/modelock"
+)
+
+func TestUsage(t *testing.T) {
+	tests := []struct {
+		args   []string
+		status int
+		stdout string // a text stdout must contain
+		stderr string // a text stderr must contain
+	}{
+		{nil, exitUsage, "", "Usage: cdi-kubelet-plugin device-plugin"},
+		{[]string{"--help"}, exitOK, "-resource-prefix", ""},
+		{[]string{"device-plugin", "--help"}, exitOK, "-kubelet-dir", ""},
+		{[]string{"cdi"}, exitUsage, "", `unknown mode "cdi"`},
+		{[]string{"dra"}, exitUsage, "", "--node-name is required"},
+		{[]string{"dra", "--help"}, exitOK, "-driver-suffix", ""},
+		{[]string{"dra", "--node-name", "n", "extra"}, exitUsage, "", `unexpected argument "extra"`},
+		{[]string{"dra", "--node-name", "n", "--stale-interval", "0s"}, exitUsage, "", "--stale-interval must be positive"},
+		{[]string{"dra", "--node-name", "n", "--stale-grace", "-1s"}, exitUsage, "", "--stale-grace must not be negative"},
+		{[]string{"dra", "--node-name", "n", "--driver-suffix", "Not_DNS"}, exitUsage, "", "--driver-suffix"},
+		{[]string{"dra", "--node-name", "n", "--kubeconfig", "/nonexistent"}, exitFailed, "", "cannot reach the API server"},
+		{[]string{"device-plugin", "--nope"}, exitUsage, "", "flag provided but not defined: -nope"},
+		{[]string{"device-plugin", "extra"}, exitUsage, "", `unexpected argument "extra"`},
+		{[]string{"device-plugin", "--gc-interval", "0s"}, exitUsage, "", "--gc-interval must be positive"},
+		{[]string{"device-plugin", "--gc-grace", "-1s"}, exitUsage, "", "--gc-grace must not be negative"},
+		{[]string{"device-plugin", "--resource-prefix", "a/b"}, exitUsage, "", "must not contain /"},
+		{[]string{"device-plugin", "--conf-dir", "/nonexistent"}, exitFailed, "", "no usable config under /nonexistent"},
+		{[]string{"device-plugin", "--conf-dir", "/nonexistent", "--type", "gpu"}, exitFailed, "", `no usable config of type \"gpu\"`},
+	}
+	for _, tt := range tests {
+		var out, errOut bytes.Buffer
+		e := env{getenv: func(string) string { return "" }, stdout: &out, stderr: &errOut}
+		status := run(context.Background(), tt.args, e)
+		if status != tt.status || !strings.Contains(out.String(), tt.stdout) || !strings.Contains(errOut.String(), tt.stderr) {
+			t.Errorf("%q: status %d\nstdout: %s\nstderr: %s", tt.args, status, out.String(), errOut.String())
+		}
+	}
+}
+
+// TestModesExclude: the device-plugin mode does not start on a type the
+// dra mode serves on this node (the lock in CDI_STATE_DIR), and the dra
+// mode needs a usable config even with an API server configured.
+func TestModesExclude(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "conf")
+	if err := os.MkdirAll(filepath.Join(conf, "tty.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := os.WriteFile(filepath.Join(conf, "tty.d", "tty.conf"), []byte(`{"cdiVersion": "0.0.2", "name": "t", "type": "tty", "plugin": "generic-tty"}`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	l, err := modelock.Acquire(t.Context(), state, modelock.DRA, []string{"tty"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	err = os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(k string) string { return map[string]string{"CDI_STATE_DIR": state}[k] }
+	tests := []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"device-plugin", "--conf-dir", conf, "--kubelet-dir", dir}, "served by another mode: the dra mode runs on this node"},
+		{[]string{"dra", "--node-name", "n", "--kubeconfig", kubeconfig, "--conf-dir", filepath.Join(dir, "none")}, "no usable config under"},
+	}
+	for _, tt := range tests {
+		var out, errOut bytes.Buffer
+		status := run(t.Context(), tt.args, env{getenv: getenv, stdout: &out, stderr: &errOut})
+		if status != exitFailed || !strings.Contains(errOut.String(), tt.stderr) {
+			t.Errorf("%q: status %d\nstderr: %s", tt.args, status, errOut.String())
+		}
+	}
+}
