@@ -18,6 +18,14 @@ all: build
 build:
 	$(GO) build $(GOFLAGS_BUILD) -o bin/ ./plugins/... ./cmd/...
 
+# The node image (Containerfile, deploy/): the static binaries of bin/ and
+# nothing else, FROM scratch, so it needs no network.
+IMAGE        ?= localhost/cdi-exec/plugins:dev
+PODMAN       ?= podman
+PODMAN_FLAGS ?=
+image: build
+	$(PODMAN) $(PODMAN_FLAGS) build --pull=never --network=none -f Containerfile -t $(IMAGE) bin
+
 install: build
 	install -d $(BINDIR)
 	install -m 0755 bin/* $(BINDIR)/
