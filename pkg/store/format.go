@@ -114,21 +114,25 @@ type view struct {
 // errNewer marks a store written by a newer schema.
 var errNewer = errors.New("written by a newer version")
 
+// reporter receives each problem found, with the tag of the bucket whose
+// entries it concerns, or 0 when it concerns the store as a whole.
+type reporter func(tag byte, problem string)
+
 // load reads every entry of the store and verifies it. Each problem found
 // goes to report; a nil error with problems reported means the view is
 // not to be trusted.
-func load(tx *bolt.Tx, report func(string)) (*view, error) {
+func load(tx *bolt.Tx, report reporter) (*view, error) {
 	v := &view{recs: map[string][]byte{}, devs: map[string]string{}}
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
-		report("the meta bucket is missing")
+		report(0, "the meta bucket is missing")
 		return v, nil
 	}
 	raw := meta.Get(keySchema)
 	s, err := strconv.Atoi(string(raw))
 	switch {
 	case err != nil || s < 1:
-		report(fmt.Sprintf("schema version %q is not a version", raw))
+		report(0, fmt.Sprintf("schema version %q is not a version", raw))
 		return v, nil
 	case s > Schema:
 		return nil, fmt.Errorf("%w (schema %d, this binary knows %d)", errNewer, s, Schema)
@@ -136,7 +140,7 @@ func load(tx *bolt.Tx, report func(string)) (*view, error) {
 	v.schema = s
 	req, dev := tx.Bucket(bucketRequests), tx.Bucket(bucketDevices)
 	if req == nil || dev == nil {
-		report("the requests or devices bucket is missing")
+		report(0, "the requests or devices bucket is missing")
 		return v, nil
 	}
 	loadBucket(req, tagRequests, s, &v.tally[0], report, func(k string, p []byte) { v.recs[k] = p })
@@ -146,12 +150,12 @@ func load(tx *bolt.Tx, report func(string)) (*view, error) {
 	}
 	want, ok := decodeDigest(meta.Get(keyDigest))
 	if !ok {
-		report("the digest is missing or fails its checksum")
+		report(0, "the digest is missing or fails its checksum")
 		return v, nil
 	}
-	for i, name := range []string{"requests", "devices"} {
+	for i, tag := range []byte{tagRequests, tagDevices} {
 		if got := v.tally[i]; got != want[i] {
-			report(fmt.Sprintf("the %s bucket holds %d entries that do not add up to its digest (%d recorded): entries are missing, extra or damaged", name, got.n, want[i].n))
+			report(tag, fmt.Sprintf("the %s bucket holds %d entries that do not add up to its digest (%d recorded): entries are missing, extra or damaged", bucketName(tag), got.n, want[i].n))
 		}
 	}
 	return v, nil
@@ -159,23 +163,23 @@ func load(tx *bolt.Tx, report func(string)) (*view, error) {
 
 // loadBucket reads one bucket in key order, checking the order and each
 // entry's checksum (schema 2), and passes each good entry to put.
-func loadBucket(b *bolt.Bucket, tag byte, schema int, t *tally, report func(string), put func(string, []byte)) {
+func loadBucket(b *bolt.Bucket, tag byte, schema int, t *tally, report reporter, put func(string, []byte)) {
 	var prev []byte
 	c := b.Cursor()
 	for k, val := c.First(); k != nil; k, val = c.Next() {
 		if prev != nil && bytes.Compare(k, prev) <= 0 {
-			report(fmt.Sprintf("%s bucket: key %q out of order after %q", bucketName(tag), k, prev))
+			report(tag, fmt.Sprintf("%s bucket: key %q out of order after %q", bucketName(tag), k, prev))
 		}
 		prev = k
 		if val == nil {
-			report(fmt.Sprintf("%s bucket: %q is a bucket, not an entry", bucketName(tag), k))
+			report(tag, fmt.Sprintf("%s bucket: %q is a bucket, not an entry", bucketName(tag), k))
 			continue
 		}
 		payload := val
 		if schema >= 2 {
 			p, sum, ok := unseal(tag, k, val)
 			if !ok {
-				report(fmt.Sprintf("%s bucket: entry %q fails its checksum", bucketName(tag), k))
+				report(tag, fmt.Sprintf("%s bucket: entry %q fails its checksum", bucketName(tag), k))
 				continue
 			}
 			payload = p

@@ -49,9 +49,10 @@ func openDir(path string, create bool) (*dir, error) {
 	switch {
 	case err == unix.ENOENT:
 		return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
-	case err == unix.ELOOP:
-		return nil, refuse(name, "is a symbolic link", "replace it by a real directory (mkdir -m 0700)")
-	case err == unix.ENOTDIR:
+	case err == unix.ELOOP || err == unix.ENOTDIR:
+		if fi, lerr := os.Lstat(name); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return nil, refuse(name, "is a symbolic link", "replace it by a real directory (mkdir -m 0700)")
+		}
 		return nil, refuse(name, "is not a directory", "remove it, or point CDI_STATE_DIR elsewhere")
 	case err != nil:
 		return nil, fmt.Errorf("opening state directory: %w", &os.PathError{Op: "open", Path: name, Err: err})

@@ -296,7 +296,7 @@ func (s *Store) View(fn func(*Tx) error) (err error) {
 // found makes it ErrCorrupt.
 func (s *Store) begin(btx *bolt.Tx) (*Tx, error) {
 	var problems []string
-	v, err := load(btx, func(p string) { problems = append(problems, p) })
+	v, err := load(btx, func(_ byte, p string) { problems = append(problems, p) })
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
@@ -477,27 +477,33 @@ func (t *Tx) ForEach(fn func(*Record) error) error {
 // returns the problems found.
 func (t *Tx) Check() []string {
 	var problems []string
+	t.check(func(_ byte, p string) { problems = append(problems, p) })
+	return problems
+}
+
+// check reports Check's problems: those of the index alone with
+// tagDevices, those of the records with tagRequests.
+func (t *Tx) check(report reporter) {
 	held := map[string]string{}
 	for _, id := range slices.Sorted(maps.Keys(t.v.recs)) {
 		r, err := t.Get(id)
 		if err != nil {
-			problems = append(problems, err.Error())
+			report(tagRequests, err.Error())
 			continue
 		}
 		for _, d := range r.Devices() {
 			if prev, ok := held[d.Key]; ok && prev != id {
-				problems = append(problems, fmt.Sprintf("device %s recorded under %q and %q", d.Key, prev, id))
+				report(tagRequests, fmt.Sprintf("device %s recorded under %q and %q", d.Key, prev, id))
 			}
 			held[d.Key] = id
 			if h := t.v.devs[d.Key]; h != id {
-				problems = append(problems, fmt.Sprintf("device %s of %q indexed to %q", d.Key, id, h))
+				report(tagDevices, fmt.Sprintf("device %s of %q indexed to %q", d.Key, id, h))
 			}
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(t.v.devs)) {
 		if v := t.v.devs[k]; held[k] != v {
-			problems = append(problems, fmt.Sprintf("index entry %s → %q has no record", k, v))
+			report(tagDevices, fmt.Sprintf("index entry %s → %q has no record", k, v))
 		}
 	}
-	return problems
 }
