@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -38,7 +40,7 @@ func SupportedVersions() []string { return []string{"0.0.1", "0.0.2"} }
 // Supported reports whether v is a supported protocol version.
 func Supported(v string) bool { return slices.Contains(SupportedVersions(), v) }
 
-// Commands. CDI_COMMAND is matched case-insensitively.
+// Commands. CDI_COMMAND is matched ASCII case-insensitively (Command).
 const (
 	CmdVersion = "VERSION"
 	CmdInfo    = "INFO"
@@ -68,19 +70,15 @@ type Config struct {
 	Args       json.RawMessage `json:"args,omitempty"`
 }
 
-// DecodeArgs decodes the config's args into dst strictly: an unknown field
-// is an error that names it, so a typo never silently widens what a plugin
+// DecodeArgs decodes the config's args into dst strictly (DecodeStrict): an
+// unknown field, a field spelled in another case and a field given twice
+// are errors that name it, so a typo never silently widens what a plugin
 // hands out. Absent args leave dst unchanged.
 func (c Config) DecodeArgs(dst any) error {
 	if len(c.Args) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(c.Args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return err
-	}
-	return nil
+	return DecodeStrict(c.Args, dst)
 }
 
 // Env holds the suite-wide settings taken from the environment once, so that
@@ -195,7 +193,7 @@ func Main(about About) {
 
 // Run executes one command and returns the process exit status.
 func (d Dispatcher) Run(ctx context.Context, about About) int {
-	cmd := strings.ToUpper(d.Getenv("CDI_COMMAND"))
+	cmd := Command(d.Getenv("CDI_COMMAND"))
 	if cmd == CmdVersion {
 		return d.print(0, []Field{
 			{"cdiVersion", Latest},
@@ -263,7 +261,9 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]Field, err
 	default:
 		return nil, NewError(CodeCommandUnsupported, "Unsupported command: "+d.Getenv("CDI_COMMAND"))
 	}
-	c.Env = d.env(c)
+	if c.Env, err = d.env(c); err != nil {
+		return nil, err
+	}
 	if err := takeCDISpec(c); err != nil {
 		return nil, err
 	}
@@ -333,12 +333,15 @@ func takeCDISpec(c *Call) error {
 		return nil
 	}
 	var args map[string]json.RawMessage
-	if err := json.Unmarshal(c.Config.Args, &args); err != nil {
+	if err := DecodeStrict(c.Config.Args, &args); err != nil {
 		return Errorf(CodeInvalidConfig, "args: %w", err)
 	}
 	raw, ok := args["cdi_spec"]
 	if !ok {
 		return nil
+	}
+	if err := checkMembers(raw, reflect.TypeFor[cdispec.Config](), "cdi_spec.", false); err != nil {
+		return Errorf(CodeInvalidConfig, "args: %w", err)
 	}
 	spec, err := cdispec.Parse(raw)
 	if err != nil {
@@ -420,8 +423,10 @@ func (d Dispatcher) lookupValidIDs() (string, bool) {
 	return v, true
 }
 
-// env reads the shared environment variables, applying defaults.
-func (d Dispatcher) env(c *Call) Env {
+// env reads the shared environment variables, applying defaults. The host
+// root and the state directory must be absolute: a plugin's working
+// directory is whatever its caller's was (docs/protocol.md#environment-variables).
+func (d Dispatcher) env(c *Call) (Env, error) {
 	get := func(name, def string) string {
 		if v := d.Getenv(name); v != "" {
 			return v
@@ -438,31 +443,54 @@ func (d Dispatcher) env(c *Call) Env {
 	if v := d.Getenv("CDI_LOCK_TIMEOUT"); v != "" {
 		t, err := ParseTimeout(v)
 		if err != nil {
-			c.Warnf("ignoring CDI_LOCK_TIMEOUT: %v", err)
+			c.Warnf("ignoring CDI_LOCK_TIMEOUT: %v; waiting at most %v", err, DefaultLockTimeout)
 		} else {
 			e.LockTimeout = t
 		}
 	}
-	return e
+	if !filepath.IsAbs(e.HostRoot) {
+		return e, Errorf(CodeInvalidConfig, "CDI_HOST_ROOT %q is not an absolute path", e.HostRoot)
+	}
+	if !filepath.IsAbs(e.StateDir) {
+		return e, Errorf(CodeStore, "CDI_STATE_DIR %q is not an absolute path", e.StateDir)
+	}
+	return e, nil
 }
 
-// ParseTimeout parses a duration given either in Go syntax ("1.5s", "500ms")
-// or as plain seconds ("10").
+// ParseTimeout parses a lock timeout given either in Go syntax ("1.5s",
+// "500ms") or as plain seconds ("10"). Anything that is not a duration from
+// 1ns to 24h once parsed is an error: NaN, infinities, zero, negative
+// values, and values so small that they round to zero (1e-10).
 func ParseTimeout(s string) (time.Duration, error) {
+	var t time.Duration
 	if n, err := strconv.ParseFloat(s, 64); err == nil {
-		if n <= 0 || n > 24*3600 {
-			return 0, fmt.Errorf("%q out of range", s)
+		if !(n > 0 && n <= maxLockTimeout.Seconds()) { // false for NaN too
+			return 0, fmt.Errorf("%q is not between 1ns and %v", s, maxLockTimeout)
 		}
-		return time.Duration(n * float64(time.Second)), nil
+		t = time.Duration(n * float64(time.Second))
+	} else if t, err = time.ParseDuration(s); err != nil {
+		return 0, fmt.Errorf("%q is not a duration", s)
 	}
-	t, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q", s)
-	}
-	if t <= 0 {
-		return 0, fmt.Errorf("%q is not positive", s)
+	if t <= 0 || t > maxLockTimeout {
+		return 0, fmt.Errorf("%q is not between 1ns and %v", s, maxLockTimeout)
 	}
 	return t, nil
+}
+
+// maxLockTimeout bounds CDI_LOCK_TIMEOUT.
+const maxLockTimeout = 24 * time.Hour
+
+// Command normalises CDI_COMMAND for matching: ASCII letters are upper-cased
+// and nothing else is changed. strings.ToUpper would map "ınfo" (dotless i)
+// to INFO and "verſion" (long s) to VERSION.
+func Command(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
 }
 
 // readConfig reads stdin, bounded in size and time: a caller that never
@@ -500,6 +528,9 @@ func readConfig(ctx context.Context, r io.Reader) ([]byte, error) {
 
 // parseConfig decodes the config and checks its required fields.
 func parseConfig(b []byte) (Config, error) {
+	if err := CheckMembers(b, reflect.TypeFor[Config]()); err != nil {
+		return Config{}, Errorf(CodeInvalidConfig, "%v", err)
+	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil || raw == nil {
 		if len(bytes.TrimSpace(b)) == 0 {
