@@ -26,17 +26,19 @@ type Device struct {
 	NUMA  int      // NUMA node or alloc.Unknown
 	Nodes []string // container-facing device node paths, in handout order
 	// Resolve, when set, returns the final node paths of a device that is
-	// being handed out; discovery checks nodes by their conventional names
-	// and leaves the per-device reads to the few devices chosen.
-	Resolve func() []string
+	// being handed out, each checked to be the device sysfs describes;
+	// discovery checks nodes by their conventional names and leaves the
+	// per-device reads to the few devices chosen. An error means the
+	// device must not be handed out.
+	Resolve func() ([]string, error)
 }
 
 // nodes returns the device's final node paths.
-func (d Device) nodes() []string {
+func (d Device) nodes() ([]string, error) {
 	if d.Resolve != nil {
 		return d.Resolve()
 	}
-	return d.Nodes
+	return d.Nodes, nil
 }
 
 // Pool runs the exclusive-allocation commands for one plugin invocation.
@@ -132,8 +134,13 @@ func StrictNUMA(policy string) (bool, error) {
 	return false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy)
 }
 
-// Info counts the usable devices: the node's allocatable capacity.
+// Info counts the usable devices: the node's allocatable capacity. It does
+// not open the store, but refuses, as ADD would, a store location that is
+// unsafe or an empty store file (store.Probe).
 func (p Pool) Info(context.Context, *skel.Call) (map[string]int, error) {
+	if err := store.Probe(store.Path(p.Call.Env.StateDir, p.Name)); err != nil {
+		return nil, storeError(err)
+	}
 	devs, err := p.discover(Scan{})
 	if err != nil {
 		return nil, err
@@ -167,6 +174,8 @@ func storeError(err error) error {
 		return skel.Errorf(skel.CodeStore, "another invocation holds the allocation store; try again: %w", err)
 	case errors.Is(err, store.ErrCorrupt):
 		return skel.Errorf(skel.CodeStore, "the allocation store cannot be read and was left untouched for inspection: %w", err)
+	case errors.Is(err, store.ErrUnsafe):
+		return skel.Errorf(skel.CodeStore, "the allocation store's location is refused: %w", err)
 	}
 	return skel.Errorf(skel.CodeStore, "%w", err)
 }
@@ -231,28 +240,13 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 				held = append(held, answer{*a, false})
 				continue
 			}
-			var free []Device
-			var cands []alloc.Candidate
-			for _, d := range devs {
-				if !taken[d.Key] && tx.Holder(d.Key) == "" {
-					free = append(free, d)
-					cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA})
-				}
-			}
-			pos, err := alloc.Choose(cands, item.Amount, c.Locality, p.Strict)
-			switch {
-			case errors.Is(err, alloc.ErrInsufficient):
-				return skel.Errorf(skel.CodeInsufficient, "%s: %v", spec, err)
-			case errors.Is(err, alloc.ErrLocality):
-				return skel.Errorf(skel.CodeNUMA, "%s: %v (numa_policy is strict)", spec, err)
-			case err != nil:
+			chosen, nodes, err := p.choose(tx, devs, taken, item)
+			if err != nil {
 				return err
 			}
 			a := store.Allocation{Spec: spec, Amount: item.Amount, Created: time.Now().UTC()}
-			chosen := make([]Device, len(pos))
-			for j, i := range pos {
-				chosen[j] = free[i]
-				taken[free[i].Key] = true
+			for _, d := range chosen {
+				taken[d.Key] = true
 			}
 			if p.Handout != nil {
 				h, err := p.Handout(item, chosen)
@@ -264,12 +258,8 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 					undo = append(undo, h.Undo)
 				}
 			}
-			for _, d := range chosen {
-				nodes := d.Nodes
-				if p.Handout == nil {
-					nodes = d.nodes()
-				}
-				a.Devices = append(a.Devices, store.Device{Key: d.Key, Nodes: nodes, NUMA: d.NUMA})
+			for j, d := range chosen {
+				a.Devices = append(a.Devices, store.Device{Key: d.Key, Nodes: nodes[j], NUMA: d.NUMA})
 			}
 			rec.Allocations = append(rec.Allocations, a)
 			held = append(held, answer{a, true})
@@ -300,7 +290,10 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 		for _, d := range a.Devices {
 			nodes := d.Nodes
 			if now, ok := present[d.Key]; ok && !a.fresh {
-				nodes = now.nodes() // node names may have moved since the record was made
+				// Node names may have moved since the record was made.
+				if resolved, err := now.nodes(); err == nil {
+					nodes = resolved
+				}
 			}
 			res.Devices = append(res.Devices, nodes...)
 		}
@@ -313,6 +306,49 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 		res.CDIDevices = []string{c.CDISpec.QualifiedName(c.RequestID)}
 	}
 	return res, nil
+}
+
+// choose picks the devices for one request item among devs that are
+// neither held nor taken by an earlier item, and returns them with the
+// nodes to hand out. A chosen device whose node fails its check (Resolve)
+// is left out and the choice made again, so a node is handed out only
+// after it was checked live (docs/protocol.md#device-nodes).
+func (p Pool) choose(tx *store.Tx, devs []Device, taken map[string]bool, item abnf.Item) ([]Device, [][]string, error) {
+	spec := item.Spec.String()
+	bad := map[string]bool{}
+	for {
+		var free []Device
+		var cands []alloc.Candidate
+		for _, d := range devs {
+			if !taken[d.Key] && !bad[d.Key] && tx.Holder(d.Key) == "" {
+				free = append(free, d)
+				cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA})
+			}
+		}
+		pos, err := alloc.Choose(cands, item.Amount, p.Call.Locality, p.Strict)
+		switch {
+		case errors.Is(err, alloc.ErrInsufficient):
+			return nil, nil, skel.Errorf(skel.CodeInsufficient, "%s: %v", spec, err)
+		case errors.Is(err, alloc.ErrLocality):
+			return nil, nil, skel.Errorf(skel.CodeNUMA, "%s: %v (numa_policy is strict)", spec, err)
+		case err != nil:
+			return nil, nil, err
+		}
+		chosen, nodes := make([]Device, len(pos)), make([][]string, len(pos))
+		for j, i := range pos {
+			chosen[j], nodes[j] = free[i], free[i].Nodes
+			if p.Handout != nil {
+				continue // the hook makes the nodes
+			}
+			if nodes[j], err = free[i].nodes(); err != nil {
+				p.Call.Warnf("not handing out %s: %v", free[i].Key, err)
+				bad[free[i].Key] = true
+			}
+		}
+		if len(bad) == 0 || !slices.ContainsFunc(chosen, func(d Device) bool { return bad[d.Key] }) {
+			return chosen, nodes, nil
+		}
+	}
 }
 
 // publish writes the request's CDI spec with every node the request-id

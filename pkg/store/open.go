@@ -129,8 +129,11 @@ func checkFile(name string, st *unix.Stat_t) error {
 // openFile is the bbolt OpenFile hook: it opens the checked store file
 // relative to the directory, never creating it and never following a link,
 // and checks the file it got, so that what bbolt reads and locks is the
-// file that was checked.
-func (d *dir) openFile(base string) func(string, int, os.FileMode) (*os.File, error) {
+// file that was checked. It takes the file lock itself, bounded by
+// timeout, and checks the page structure under it (checkPages) before
+// bbolt reads a page; bbolt's own lock on the same open file then succeeds
+// at once.
+func (d *dir) openFile(base string, timeout time.Duration) func(string, int, os.FileMode) (*os.File, error) {
 	return func(name string, flag int, _ os.FileMode) (*os.File, error) {
 		flag = flag&^os.O_CREATE | unix.O_NOFOLLOW | unix.O_CLOEXEC
 		fd, err := unix.Openat(d.fd, base, flag, 0)
@@ -142,18 +145,55 @@ func (d *dir) openFile(base string) func(string, int, os.FileMode) (*os.File, er
 		case err != nil:
 			return nil, &os.PathError{Op: "open", Path: name, Err: err}
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
-			return nil, &os.PathError{Op: "fstat", Path: name, Err: err}
-		}
-		if err := checkFile(name, &st); err != nil {
-			unix.Close(fd)
+		f := os.NewFile(uintptr(fd), name)
+		if err := lockAndCheck(f, flag&(os.O_RDWR|os.O_WRONLY) != 0, timeout); err != nil {
+			f.Close()
 			return nil, err
 		}
-		return os.NewFile(uintptr(fd), name), nil
+		return f, nil
 	}
 }
+
+// lockAndCheck checks the opened store file, locks it (exclusively for
+// writing) within timeout, and checks its pages.
+func lockAndCheck(f *os.File, exclusive bool, timeout time.Duration) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+	}
+	if err := checkFile(f.Name(), &st); err != nil {
+		return err
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %w (waited %v for its lock)", f.Name(), ErrBusy, timeout)
+		}
+		time.Sleep(lockRetry)
+	}
+	// The size may have changed while we waited.
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+	}
+	if err := checkFile(f.Name(), &st); err != nil {
+		return err
+	}
+	return checkPages(f, st.Size)
+}
+
+// lockRetry is the pause between attempts to take the file lock.
+const lockRetry = 20 * time.Millisecond
 
 // tempPrefix is the name prefix of the temporary files a store is built in.
 func tempPrefix(base string) string { return base + ".new-" }

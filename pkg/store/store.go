@@ -159,7 +159,7 @@ func Open(path string, opt Options) (s *Store, err error) {
 		Timeout:      opt.Timeout,
 		ReadOnly:     opt.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
-		OpenFile:     d.openFile(base),
+		OpenFile:     d.openFile(base, opt.Timeout),
 	})
 	if err != nil {
 		return nil, openError(path, opt, err)
@@ -170,7 +170,7 @@ func Open(path string, opt Options) (s *Store, err error) {
 // openError maps bbolt's open errors to this package's.
 func openError(path string, opt Options, err error) error {
 	switch {
-	case errors.Is(err, ErrUnsafe), errors.Is(err, ErrCorrupt), errors.Is(err, ErrNotExist):
+	case errors.Is(err, ErrUnsafe), errors.Is(err, ErrCorrupt), errors.Is(err, ErrNotExist), errors.Is(err, ErrBusy):
 		return err
 	case errors.Is(err, berrors.ErrTimeout):
 		return fmt.Errorf("%s: %w (waited %v for its lock)", path, ErrBusy, opt.Timeout)

@@ -221,7 +221,7 @@ func TestDiskTrouble(t *testing.T) {
 		if err := os.MkdirAll(n.state, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := syscall.Mount("tmpfs", n.state, "tmpfs", 0, "size=8k"); err != nil {
+		if err := syscall.Mount("tmpfs", n.state, "tmpfs", 0, "size=8k,mode=0700"); err != nil {
 			t.Skipf("cannot mount a small tmpfs here (%v); needs root", err)
 		}
 		defer syscall.Unmount(n.state, syscall.MNT_DETACH)
@@ -236,7 +236,7 @@ func TestDiskTrouble(t *testing.T) {
 		if err := os.MkdirAll(n.state, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := syscall.Mount("tmpfs", n.state, "tmpfs", 0, "size=64k"); err != nil {
+		if err := syscall.Mount("tmpfs", n.state, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
 			t.Skipf("cannot mount a small tmpfs here (%v); needs root", err)
 		}
 		defer syscall.Unmount(n.state, syscall.MNT_DETACH)
