@@ -40,7 +40,10 @@ func (a *app) ls(args []string) int {
 	slices.Sort(files)
 	timeout := skel.DefaultLockTimeout
 	if v := a.getenv("CDI_LOCK_TIMEOUT"); v != "" {
-		if t, err := skel.ParseTimeout(v); err == nil {
+		t, err := skel.ParseTimeout(v)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "cdictl: warning: ignoring CDI_LOCK_TIMEOUT: %v; waiting at most %v\n", err, timeout)
+		} else {
 			timeout = t
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -185,8 +186,14 @@ func (c *Config) Remove(requestID string) error {
 	return err
 }
 
+// staleTemp is how old a temporary spec file of this kind must be before
+// Orphans removes it as the litter of a killed writer: a write takes
+// milliseconds (docs/reliability.md).
+const staleTemp = 5 * time.Minute
+
 // Orphans lists the request-ids that have a spec of this kind in the
-// directory but for which held reports false.
+// directory but for which held reports false. On the way it removes this
+// kind's temporary files that are older than staleTemp.
 func (c *Config) Orphans(held func(id string) bool) ([]string, error) {
 	entries, err := os.ReadDir(c.Dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -196,7 +203,14 @@ func (c *Config) Orphans(held func(id string) bool) ([]string, error) {
 		return nil, err
 	}
 	var out []string
+	cutoff := time.Now().Add(-staleTemp)
 	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".tmp-"+c.prefix()) {
+			if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && fi.ModTime().Before(cutoff) {
+				_ = os.Remove(filepath.Join(c.Dir, e.Name()))
+			}
+			continue
+		}
 		id, ok := strings.CutPrefix(e.Name(), c.prefix())
 		if !ok {
 			continue

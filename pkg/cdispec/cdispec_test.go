@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 )
@@ -82,4 +83,44 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted %+v", c)
 		}
 	})
+}
+
+// Orphans removes this kind's temporary files once they are stale, and no
+// other file.
+func TestOrphansSweepsStaleTemps(t *testing.T) {
+	c := &Config{Kind: "example.com/gpu", Dir: t.TempDir()}
+	old := time.Now().Add(-time.Hour)
+	files := map[string]bool{ // name → still there afterwards
+		".tmp-example.com-gpu_123":   false,
+		".tmp-example.com-gpu_456":   true, // fresh: a writer may be busy with it
+		".tmp-other.com-gpu_789":     true, // another kind's
+		"example.com-gpu_a.json":     true,
+		".tmp-example.com-gpu_dir/x": true, // a directory is not litter of ours
+	}
+	for name := range files {
+		p := filepath.Join(c.Dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if name != ".tmp-example.com-gpu_456" {
+			if err := os.Chtimes(filepath.Dir(p), old, old); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ids, err := c.Orphans(func(string) bool { return true })
+	if err != nil || len(ids) != 0 {
+		t.Fatalf("%v %v", ids, err)
+	}
+	for name, want := range files {
+		if _, err := os.Stat(filepath.Join(c.Dir, name)); (err == nil) != want {
+			t.Errorf("%s: present %v, want %v", name, err == nil, want)
+		}
+	}
 }

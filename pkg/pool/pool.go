@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -138,7 +137,7 @@ func StrictNUMA(policy string) (bool, error) {
 // not open the store, but refuses, as ADD would, a store location that is
 // unsafe or an empty store file (store.Probe).
 func (p Pool) Info(context.Context, *skel.Call) (map[string]int, error) {
-	if err := store.Probe(store.Path(p.Call.Env.StateDir, p.Name)); err != nil {
+	if _, err := store.Probe(store.Path(p.Call.Env.StateDir, p.Name)); err != nil {
 		return nil, storeError(err)
 	}
 	devs, err := p.discover(Scan{})
@@ -228,6 +227,11 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 		}
 		if rec == nil {
 			rec = &store.Record{ID: c.RequestID, Type: c.Config.Type}
+			// A spec for an id that holds nothing is stale (a DEL killed
+			// before removing it). Remove it before committing, so that an
+			// ADD killed before its own spec write leaves no spec at all,
+			// never one naming devices the id does not hold.
+			p.unpublish(c.RequestID)
 		}
 		changed := false
 		taken := map[string]bool{}
@@ -428,8 +432,11 @@ func appendNode(nodes []int, n int) []int {
 
 // Del frees everything the request-id holds, in one transaction.
 func (p Pool) Del(context.Context, *skel.Call) error {
-	path := store.Path(p.Call.Env.StateDir, p.Name)
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	exists, err := store.Probe(store.Path(p.Call.Env.StateDir, p.Name))
+	if err != nil {
+		return storeError(err)
+	}
+	if !exists {
 		p.unpublish(p.Call.RequestID) // an orphan, if anything
 		return skel.NewError(skel.CodeUnknownRequestID, "")
 	}
@@ -466,8 +473,11 @@ func (p Pool) Del(context.Context, *skel.Call) error {
 // GC frees every allocation whose request-id is not in the call's valid set.
 func (p Pool) GC(context.Context, *skel.Call) (*skel.GCResult, error) {
 	res := &skel.GCResult{Freed: []string{}}
-	path := store.Path(p.Call.Env.StateDir, p.Name)
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	exists, err := store.Probe(store.Path(p.Call.Env.StateDir, p.Name))
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if !exists {
 		return res, nil
 	}
 	st, err := Open(p.Name, p.Call, false)

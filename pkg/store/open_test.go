@@ -137,7 +137,7 @@ func TestOpenRefusesUnsafePaths(t *testing.T) {
 					t.Fatalf("read-only %v: err = %v, want %v saying %q", ro, err, tt.want, tt.fix)
 				}
 			}
-			if err := Probe(path); !errors.Is(err, tt.want) {
+			if _, err := Probe(path); !errors.Is(err, tt.want) {
 				t.Fatalf("Probe: %v", err)
 			}
 			if after := listing(t, top); after != before {
@@ -170,7 +170,7 @@ func TestEmptyFileIsCorrupt(t *testing.T) {
 			t.Fatalf("read-only %v: err = %v", ro, err)
 		}
 	}
-	if err := Probe(path); !errors.Is(err, ErrCorrupt) {
+	if _, err := Probe(path); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Probe: %v", err)
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
@@ -180,12 +180,16 @@ func TestEmptyFileIsCorrupt(t *testing.T) {
 
 func TestProbeFresh(t *testing.T) {
 	top := t.TempDir()
-	if err := Probe(top + "/none/x.db"); err != nil {
-		t.Fatal(err)
+	if ok, err := Probe(top + "/none/x.db"); ok || err != nil {
+		t.Fatal(ok, err)
 	}
 	mkdir(t, top+"/state", 0o700)
-	if err := Probe(top + "/state/x.db"); err != nil {
-		t.Fatal(err)
+	if ok, err := Probe(top + "/state/x.db"); ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	open(t, top+"/state/x.db")
+	if ok, err := Probe(top + "/state/x.db"); !ok || err != nil {
+		t.Fatal(ok, err)
 	}
 	if _, err := os.Stat(top + "/none"); !os.IsNotExist(err) {
 		t.Fatal("Probe created the state dir")

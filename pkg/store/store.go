@@ -183,19 +183,20 @@ func openError(path string, opt Options, err error) error {
 
 // Probe checks, without opening or locking it, what Open would check
 // first: the directory and the file are safe, and the file, if there is
-// one, is not empty. It is cheap enough for INFO, which does not otherwise
-// read the store. A missing directory or file is fine.
-func Probe(path string) error {
+// one, is not empty. It reports whether the file exists. It is cheap
+// enough for INFO, which does not otherwise read the store, and lets DEL
+// and GC tell "nothing recorded" from "refused" without creating a store.
+func Probe(path string) (bool, error) {
 	d, err := openDir(path, false)
 	if errors.Is(err, ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer d.close()
-	_, _, err = d.stat(filepath.Base(path))
-	return err
+	_, exists, err := d.stat(filepath.Base(path))
+	return exists, err
 }
 
 // create makes a new, initialised store file atomically: it is built in a
