@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -33,9 +34,7 @@ type Config struct {
 // rules.
 func Parse(raw json.RawMessage) (*Config, error) {
 	var c Config
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := protocol.DecodeStrict(raw, &c); err != nil {
 		return nil, fmt.Errorf("cdi_spec: %w", err)
 	}
 	vendor, class := parser.ParseQualifier(c.Kind)

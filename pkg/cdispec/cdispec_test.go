@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 )
@@ -85,42 +84,28 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// Orphans removes this kind's temporary files once they are stale, and no
-// other file.
-func TestOrphansSweepsStaleTemps(t *testing.T) {
-	c := &Config{Kind: "example.com/gpu", Dir: t.TempDir()}
-	old := time.Now().Add(-time.Hour)
-	files := map[string]bool{ // name → still there afterwards
-		".tmp-example.com-gpu_123":   false,
-		".tmp-example.com-gpu_456":   true, // fresh: a writer may be busy with it
-		".tmp-other.com-gpu_789":     true, // another kind's
-		"example.com-gpu_a.json":     true,
-		".tmp-example.com-gpu_dir/x": true, // a directory is not litter of ours
+func TestFromArgs(t *testing.T) {
+	tests := []struct {
+		args string
+		kind string // "" for no cdi_spec
+		ok   bool
+	}{
+		{``, "", true},
+		{`{}`, "", true},
+		{`{"num_system_reserved":12}`, "", true},
+		{`{"cdi_spec":{"kind":"example.com/tty"}}`, "example.com/tty", true},
+		{`{"cdi_spec":{"kind":"tty"}}`, "", false},
+		{`{"cdi_spec":null}`, "", false},
+		{`[]`, "", false},
 	}
-	for name := range files {
-		p := filepath.Join(c.Dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
+	for _, tt := range tests {
+		c, err := FromArgs([]byte(tt.args))
+		kind := ""
+		if c != nil {
+			kind = c.Kind
 		}
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if name != ".tmp-example.com-gpu_456" {
-			if err := os.Chtimes(filepath.Dir(p), old, old); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chtimes(p, old, old); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ids, err := c.Orphans(func(string) bool { return true })
-	if err != nil || len(ids) != 0 {
-		t.Fatalf("%v %v", ids, err)
-	}
-	for name, want := range files {
-		if _, err := os.Stat(filepath.Join(c.Dir, name)); (err == nil) != want {
-			t.Errorf("%s: present %v, want %v", name, err == nil, want)
+		if (err == nil) != tt.ok || kind != tt.kind {
+			t.Errorf("FromArgs(%s) = %+v, %v", tt.args, c, err)
 		}
 	}
 }

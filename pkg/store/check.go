@@ -6,6 +6,7 @@ import (
 	"maps"
 	"runtime/debug"
 	"slices"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -21,6 +22,45 @@ type Report struct {
 	// recorded twice, so the index can be rebuilt from the records
 	// without losing or inventing an allocation.
 	Repairable bool `json:"repairable"`
+	// Repaired says that CheckFile rebuilt the index; Problems are then
+	// those found before.
+	Repaired bool `json:"repaired"`
+}
+
+// CheckFile verifies the store at path offline: opened read-only with a
+// shared lock, waiting at most timeout, and never written. A file too
+// damaged to open is reported as a problem, not as an error. With repair,
+// and only when the report says Repairable, the index is rebuilt
+// (RepairIndex) under the exclusive lock. Errors are for stores that
+// could not be looked at: missing, locked, refused or unreadable.
+func CheckFile(path string, timeout time.Duration, repair bool) (Report, error) {
+	rep := Report{Path: path, Problems: []string{}}
+	s, err := Open(path, Options{ReadOnly: true, Timeout: timeout})
+	if errors.Is(err, ErrCorrupt) {
+		rep.Problems = append(rep.Problems, err.Error())
+		return rep, nil
+	}
+	if err != nil {
+		return rep, err
+	}
+	rep, err = s.Verify()
+	s.Close()
+	if err != nil && errors.Is(err, ErrCorrupt) {
+		rep.Problems = append(rep.Problems, err.Error())
+		return rep, nil
+	}
+	if err != nil || !repair || len(rep.Problems) == 0 || !rep.Repairable {
+		return rep, err
+	}
+	if s, err = Open(path, Options{Timeout: timeout}); err != nil {
+		return rep, err
+	}
+	defer s.Close()
+	if rep, err = s.RepairIndex(); err != nil {
+		return rep, err
+	}
+	rep.Repaired = true
+	return rep, nil
 }
 
 // ErrNotRepairable means RepairIndex found damage it must not repair.

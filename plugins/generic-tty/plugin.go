@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/alloc"
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
@@ -36,7 +38,8 @@ type plugin struct {
 
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
-	if err := c.Config.DecodeArgs(&a); err != nil {
+	spec, err := pool.Args(c.Config, &a)
+	if err != nil {
 		return nil, err
 	}
 	if a.NumSystemReserved < 0 {
@@ -53,7 +56,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
-	p.Pool = pool.Pool{Name: name, Call: c, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -71,7 +74,7 @@ func validPrefix(s string) bool {
 
 // discover lists the usable ttys: in the family, not reserved, with a node
 // under /dev.
-func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
+func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no tty class at all: nothing to hand out
@@ -99,7 +102,7 @@ func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
 }
 
 // inventory lists every tty of the family and why it is not handed out.
-func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
+func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -107,9 +110,9 @@ func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]skel.DeviceInfo, 0, len(ttys))
+	out := make([]protocol.DeviceInfo, 0, len(ttys))
 	for _, t := range ttys {
-		d := skel.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}, NUMA: alloc.Unknown}
+		d := protocol.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}, NUMA: alloc.Unknown}
 		switch {
 		case p.prefix == "tty" && t.Index == 0:
 			d.Reason = "the current console, never handed out"

@@ -224,8 +224,8 @@ func TestNamesMatchExactly(t *testing.T) {
 		tty(`{"num_system_reserved": 12, "NUM_SYSTEM_RESERVED": 0}`):                         `\"NUM_SYSTEM_RESERVED\" is not \"num_system_reserved\"`,
 		tty(`{"num_system_reserved": 12, "num_system_reserved": 0}`):                         `\"num_system_reserved\" is given twice`,
 		tty(`{"Pattern": "ttyS"}`):                                                           `\"Pattern\" is not \"pattern\"`,
-		tty(`{"cdi_spec": {"Kind": "example.com/tty"}}`):                                     `\"cdi_spec.Kind\" is not \"cdi_spec.kind\"`,
-		tty(`{"cdi_spec": {"kind": "example.com/tty", "DIR": "/x"}}`):                        `\"cdi_spec.DIR\" is not \"cdi_spec.dir\"`,
+		tty(`{"cdi_spec": {"Kind": "example.com/tty"}}`):                                     `cdi_spec: field \"Kind\" is not \"kind\"`,
+		tty(`{"cdi_spec": {"kind": "example.com/tty", "DIR": "/x"}}`):                        `cdi_spec: field \"DIR\" is not \"dir\"`,
 		`{"cdiVersion":"0.0.2","name":"t","type":"tty","Type":"gpu","plugin":"generic-tty"}`: `\"Type\" is not \"type\"`,
 		`{"cdiVersion":"0.0.2","name":"t","type":"gpu","type":"tty","plugin":"generic-tty"}`: `\"type\" is given twice`,
 	} {
@@ -468,8 +468,9 @@ func TestChecksumsAndCheck(t *testing.T) {
 	path := store.Path(n.state, "generic-tty")
 	good, _ := os.ReadFile(path)
 
-	// A record's node path changed in place: still valid JSON.
-	bad := bytes.Replace(good, []byte(`"/dev/tty13"`), []byte(`"/dev/tty19"`), 1)
+	// A record's node path changed in place: still valid JSON. Every copy
+	// in the file is changed, as free pages keep older ones.
+	bad := bytes.ReplaceAll(good, []byte(`"/dev/tty13"`), []byte(`"/dev/tty19"`))
 	if bytes.Equal(bad, good) {
 		t.Fatal("record not found in the file")
 	}
@@ -491,11 +492,13 @@ func TestChecksumsAndCheck(t *testing.T) {
 	// An index entry changed in place: the records are intact, so the
 	// index can be rebuilt.
 	bad = append([]byte(nil), good...)
-	idx := indexValue(t, good, "tty15")
-	if idx < 0 {
+	idx := indexValues(good, "tty15")
+	if len(idx) == 0 {
 		t.Fatal("index entry not found")
 	}
-	bad[idx] ^= 0x20 // "b" → "B"
+	for _, i := range idx {
+		bad[i] ^= 0x20 // "b" → "B"
+	}
 	writeT(t, path, string(bad), 0o600)
 	if r := check(); r.status != 1 || !strings.Contains(r.stdout, `"repairable": true`) {
 		t.Fatalf("check of a damaged index: %d %s%s", r.status, r.stdout, r.stderr)
@@ -512,18 +515,18 @@ func TestChecksumsAndCheck(t *testing.T) {
 	}
 }
 
-// indexValue finds the byte offset of the request-id an index entry key
-// maps to in a store file: the key, then 8 checksum bytes, then the id.
-func indexValue(t *testing.T, file []byte, key string) int {
-	t.Helper()
+// indexValues finds the byte offsets of the request-id "b" that index
+// entries for key map to in a store file, in every copy: the key, then 8
+// checksum bytes, then the id.
+func indexValues(file []byte, key string) []int {
+	var out []int
 	for off := 0; ; {
 		i := bytes.Index(file[off:], []byte(key))
 		if i < 0 {
-			return -1
+			return out
 		}
-		at := off + i + len(key) + 8
-		if at < len(file) && file[at] == 'b' {
-			return at
+		if at := off + i + len(key) + 8; at < len(file) && file[at] == 'b' {
+			out = append(out, at)
 		}
 		off += i + 1
 	}

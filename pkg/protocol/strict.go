@@ -1,4 +1,4 @@
-package skel
+package protocol
 
 import (
 	"bytes"
