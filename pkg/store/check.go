@@ -9,6 +9,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Report is what Verify found in a store.
@@ -144,7 +145,7 @@ func (s *Store) RepairIndex() (rep Report, err error) {
 // rebuildIndex replaces the devices bucket with one built from the
 // records of v, and writes the digest.
 func rebuildIndex(btx *bolt.Tx, v *view) error {
-	if err := btx.DeleteBucket(bucketDevices); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+	if err := btx.DeleteBucket(bucketDevices); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 		return err
 	}
 	if _, err := btx.CreateBucket(bucketDevices); err != nil {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -152,25 +151,8 @@ func checkSpecs(t *testing.T, dir string, recs map[string]*store.Record) {
 		t.Errorf("%d spec files for %d records", len(files), len(recs))
 	}
 	for id, r := range recs {
-		var spec struct {
-			Devices []struct {
-				ContainerEdits struct {
-					DeviceNodes []struct{ Path string } `json:"deviceNodes"`
-				} `json:"containerEdits"`
-			} `json:"devices"`
-		}
-		b, err := os.ReadFile(filepath.Join(dir, "example.com-gpu_"+id+".json"))
-		if err == nil {
-			err = json.Unmarshal(b, &spec)
-		}
-		if err != nil || len(spec.Devices) != 1 {
-			t.Errorf("spec of %s: %v", id, err)
-			continue
-		}
-		var got, want []string
-		for _, d := range spec.Devices[0].ContainerEdits.DeviceNodes {
-			got = append(got, d.Path)
-		}
+		got := specNodes(t, filepath.Join(dir, "example.com-gpu_"+id+".json"))
+		var want []string
 		for _, a := range r.Allocations {
 			want = append(want, a.HandedOut()...)
 		}

@@ -69,7 +69,7 @@ func (n *node) refused(t *testing.T, conf, top, want string) {
 	}
 }
 
-// Item 1: the store file and the state directory are never reached
+// the store file and the state directory are never reached
 // through a symbolic link, and must be a regular file and a directory of
 // the user the plugin runs as.
 func TestStoreLocationRefused(t *testing.T) {
@@ -121,7 +121,7 @@ func TestStoreLocationRefused(t *testing.T) {
 	}
 }
 
-// Item 1 and 5 as a user other than root: a plugin run by uid 65534 refuses
+// As a user other than root: a plugin run by uid 65534 refuses
 // a state directory that root owns, and one that others may write, and
 // works in a directory of its own.
 func TestStoreLocationAsNonRoot(t *testing.T) {
@@ -170,7 +170,7 @@ func TestStoreLocationAsNonRoot(t *testing.T) {
 	}
 }
 
-// Item 5: a state directory others may write is refused with advice, and
+// a state directory others may write is refused with advice, and
 // relative roots are errors, not paths under the caller's directory.
 func TestStateDirModeAndRelativeRoots(t *testing.T) {
 	conf := readConf(t, "tty.conf")
@@ -204,7 +204,7 @@ func TestStateDirModeAndRelativeRoots(t *testing.T) {
 	}
 }
 
-// Item 2: an empty store file is damage. ADD and INFO fail with 106, DEL
+// an empty store file is damage. ADD and INFO fail with 106, DEL
 // prints 106 and exits 0, and the file is left as it is.
 func TestEmptyStoreIsDamage(t *testing.T) {
 	n := newNode(t, specTTYHost)
@@ -213,7 +213,7 @@ func TestEmptyStoreIsDamage(t *testing.T) {
 	n.refused(t, readConf(t, "tty.conf"), n.state, "is empty")
 }
 
-// Item 3: arg and config names match exactly; another spelling or a
+// arg and config names match exactly; another spelling or a
 // repeated name is 101 naming it.
 func TestNamesMatchExactly(t *testing.T) {
 	n := newNode(t, specTTYHost)
@@ -254,7 +254,7 @@ func storeRecords(t *testing.T, n *node, plugin string) map[string]*store.Record
 	return n.records(plugin)
 }
 
-// Item 4: every unusable CDI_LOCK_TIMEOUT is named in a warning on stderr
+// every unusable CDI_LOCK_TIMEOUT is named in a warning on stderr
 // and the default is used; plugins and cdictl parse it the same way.
 func TestUnusableLockTimeoutWarns(t *testing.T) {
 	n := newNode(t, specTTYHost)
@@ -276,7 +276,7 @@ func TestUnusableLockTimeoutWarns(t *testing.T) {
 	}
 }
 
-// Item 10: CDI_COMMAND is matched ASCII case-insensitively only; Unicode
+// CDI_COMMAND is matched ASCII case-insensitively only; Unicode
 // letters that upper-case to ASCII ones are not commands.
 func TestCommandMatchedASCIIOnly(t *testing.T) {
 	n := newNode(t, specTTYHost)
@@ -292,7 +292,7 @@ func TestCommandMatchedASCIIOnly(t *testing.T) {
 	}
 }
 
-// Item 8: a /dev entry is handed out only when it is a character device
+// a /dev entry is handed out only when it is a character device
 // with the numbers sysfs gives for it. INFO checks the type, which the
 // directory listing tells for free; ADD also checks the numbers of the
 // devices it chooses.
@@ -346,34 +346,14 @@ func TestOnlyRealDeviceNodesHandedOut(t *testing.T) {
 	}
 }
 
-// Item 9: ADD, fresh or replayed, writes the request's spec from its
+// ADD, fresh or replayed, writes the request's spec from its
 // committed record, whatever spec file an interrupted DEL or ADD left.
 func TestSpecRewrittenFromRecord(t *testing.T) {
 	n := newNode(t, specTTYHost)
 	dir := filepath.Join(t.TempDir(), "cdi")
 	conf := `{"cdiVersion":"0.0.2","name":"t","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12,"cdi_spec":{"kind":"example.com/tty","dir":"` + dir + `"}}}`
 	specOf := func(id string) string { return filepath.Join(dir, "example.com-tty_"+id+".json") }
-	nodesIn := func(id string) []string {
-		var spec struct {
-			Devices []struct {
-				ContainerEdits struct {
-					DeviceNodes []struct{ Path string } `json:"deviceNodes"`
-				} `json:"containerEdits"`
-			} `json:"devices"`
-		}
-		b, err := os.ReadFile(specOf(id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &spec); err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, d := range spec.Devices[0].ContainerEdits.DeviceNodes {
-			out = append(out, d.Path)
-		}
-		return out
-	}
+	nodesIn := func(id string) []string { return specNodes(t, specOf(id)) }
 	stale := func(id string) {
 		mkdirMode(t, dir, 0o755)
 		writeT(t, specOf(id), `{"cdiVersion":"0.5.0","kind":"example.com/tty","devices":[{"name":"`+id+`","containerEdits":{"deviceNodes":[{"path":"/dev/tty40"}]}}]}`, 0o644)
@@ -405,7 +385,7 @@ func TestSpecRewrittenFromRecord(t *testing.T) {
 	}
 }
 
-// Item 6: a later write removes the temporary files that killed writers
+// a later write removes the temporary files that killed writers
 // left, once they are stale, in the spec directory and the state
 // directory; fresh ones and other files stay.
 func TestLitterSwept(t *testing.T) {
@@ -447,7 +427,7 @@ func TestLitterSwept(t *testing.T) {
 	}
 }
 
-// Item 7: damage that bbolt reads without complaint — a changed byte in a
+// damage that bbolt reads without complaint — a changed byte in a
 // record — fails the record's checksum: 106, DEL exits 0, file untouched.
 // cdictl check finds it; index damage it can repair from intact records.
 func TestChecksumsAndCheck(t *testing.T) {
@@ -569,4 +549,30 @@ func lchown(t *testing.T, p string, uid int) {
 	if err := os.Lchown(p, uid, uid); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// specNodes returns the device node paths of the one device in a CDI spec
+// file.
+func specNodes(t *testing.T, path string) []string {
+	t.Helper()
+	var spec struct {
+		Devices []struct {
+			ContainerEdits struct {
+				DeviceNodes []struct{ Path string } `json:"deviceNodes"`
+			} `json:"containerEdits"`
+		} `json:"devices"`
+	}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &spec)
+	}
+	if err != nil || len(spec.Devices) != 1 {
+		t.Errorf("%s: %v, %d devices", path, err, len(spec.Devices))
+		return nil
+	}
+	var out []string
+	for _, d := range spec.Devices[0].ContainerEdits.DeviceNodes {
+		out = append(out, d.Path)
+	}
+	return out
 }
