@@ -161,6 +161,9 @@ func TestCheckNode(t *testing.T) {
 			t.Errorf("%s: %q %v, want %q", tt.tty, got, err, tt.want)
 		}
 	}
+	if maj == 0 {
+		return // only 0:0 devices can be made here: every node has the same numbers
+	}
 	if err := os.WriteFile(filepath.Join(root, "sys/class/tty/tty13/uevent"), []byte("DEVNAME=tty14\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
