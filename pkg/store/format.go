@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,6 +41,7 @@ var (
 	bucketDevices  = []byte("devices")
 	keySchema      = []byte("schema")
 	keyDigest      = []byte("digest")
+	keyID          = []byte("id")
 	crcTable       = crc64.MakeTable(crc64.ECMA)
 )
 
@@ -210,7 +213,24 @@ func initialise(tx *bolt.Tx) error {
 	if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
 		return err
 	}
-	return meta.Put(keyDigest, digest{}.encode())
+	if err := meta.Put(keyDigest, digest{}.encode()); err != nil {
+		return err
+	}
+	return ensureID(tx)
+}
+
+// ensureID gives the store its identity, random, unless it has one: stores
+// that share a CDI spec directory tell their files apart by it.
+func ensureID(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta.Get(keyID) != nil {
+		return nil
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	return meta.Put(keyID, []byte(hex.EncodeToString(b[:])))
 }
 
 // migrate upgrades a schema 1 store, whose view was just loaded, to the

@@ -272,6 +272,9 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 				return err
 			}
 		}
+		if err := ensureID(btx); err != nil {
+			return err
+		}
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -343,6 +346,10 @@ func decode(id string, p []byte) (*Record, error) {
 	}
 	return &r, nil
 }
+
+// ID returns the store's identity, lower-case hex; "" in a read-only
+// transaction of a store that no write of this version has touched yet.
+func (t *Tx) ID() string { return string(t.tx.Bucket(bucketMeta).Get(keyID)) }
 
 // Holder returns the request-id holding the device key, or "".
 func (t *Tx) Holder(key string) string { return t.v.devs[key] }
