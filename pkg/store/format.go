@@ -3,8 +3,8 @@ package store
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc64"
