@@ -18,7 +18,8 @@ import (
 // does. Every outcome must be one of:
 //
 //   - the exact state of the last commit;
-//   - ErrCorrupt, with the file left as it was;
+//   - ErrCorrupt, with the file left as it was (or a schema version
+//     damaged into a newer one, refused as such: code 106 all the same);
 //   - the state of the commit before, and only when the newest meta page
 //     itself was damaged: bbolt then falls back to the older meta page,
 //     which cannot be told from a crash that tore the newest one before
@@ -180,7 +181,7 @@ func (h *history) outcome(t *testing.T, data []byte) string {
 	}
 	got, err := openAndRead(path)
 	switch {
-	case errors.Is(err, ErrCorrupt):
+	case refused(err):
 		if after, _ := os.ReadFile(path); !bytes.Equal(after, damaged) {
 			t.Fatalf("a store found corrupt was written to (%v)", err)
 		}
@@ -205,7 +206,7 @@ func (h *history) outcome(t *testing.T, data []byte) string {
 // correctly, and reads it back.
 func (h *history) writeAfter(t *testing.T, path string, base content) string {
 	s, err := Open(path, Options{Timeout: time.Second})
-	if errors.Is(err, ErrCorrupt) {
+	if refused(err) {
 		return "corrupt"
 	}
 	if err != nil {
@@ -214,14 +215,14 @@ func (h *history) writeAfter(t *testing.T, path string, base content) string {
 	r := rec("after-damage", "0000:fe:00.0")
 	err = s.Update(func(tx *Tx) error { return tx.Put(r) })
 	s.Close()
-	if errors.Is(err, ErrCorrupt) {
+	if refused(err) {
 		return "corrupt"
 	}
 	if err != nil {
 		t.Fatalf("write after damage: %v", err)
 	}
 	got, err := openAndRead(path)
-	if errors.Is(err, ErrCorrupt) {
+	if refused(err) {
 		return "corrupt after the write"
 	}
 	if err != nil {
@@ -235,6 +236,11 @@ func (h *history) writeAfter(t *testing.T, path string, base content) string {
 	}
 	return "write kept"
 }
+
+// refused reports the errors by which a store refuses damage, all code
+// 106 to a plugin: ErrCorrupt, or a schema version damaged into a newer
+// one.
+func refused(err error) bool { return errors.Is(err, ErrCorrupt) || errors.Is(err, errNewer) }
 
 // openAndRead opens the store for writing, as a plugin's ADD does, and
 // reads all of it.

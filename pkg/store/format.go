@@ -141,6 +141,10 @@ func load(tx *bolt.Tx, report reporter) (*view, error) {
 		return nil, fmt.Errorf("%w (schema %d, this binary knows %d)", errNewer, s, Schema)
 	}
 	v.schema = s
+	if s == 1 && meta.Get(keyDigest) != nil {
+		report(0, "the schema version says 1, but the store has a digest, which only schema 2 has: the version is damaged")
+		return v, nil
+	}
 	req, dev := tx.Bucket(bucketRequests), tx.Bucket(bucketDevices)
 	if req == nil || dev == nil {
 		report(0, "the requests or devices bucket is missing")

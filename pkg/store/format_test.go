@@ -112,6 +112,9 @@ func TestDamageBboltCannotSee(t *testing.T) {
 		{"digest lost", func(t *testing.T, path string) {
 			raw(t, path, func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyDigest) })
 		}, "digest is missing"},
+		{"schema version damaged to 1", func(t *testing.T, path string) {
+			raw(t, path, func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchema, []byte("1")) })
+		}, "the version is damaged"},
 		{"meta bucket lost", func(t *testing.T, path string) {
 			raw(t, path, func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketMeta) })
 		}, "meta bucket is missing"},
