@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -289,4 +290,70 @@ func FuzzCorruption(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(h.check)
+}
+
+// checkPages refuses page graphs that would make bbolt loop, crash or
+// write over live pages, each found by damage aimed at it.
+func TestCheckPages(t *testing.T) {
+	h := buildHistory(t)
+	ps := uint64(h.pageSize)
+	page := func(b []byte, id uint64) []byte { return b[id*ps : (id+1)*ps] }
+	m, ok := parseMeta(page(h.file, uint64(h.newest)))
+	if !ok {
+		t.Fatal("newest meta page invalid")
+	}
+	branch := uint64(0) // a branch page of the live tree
+	pf := &pageFile{size: uint64(len(h.file)), all: h.file}
+	w := &walker{pf: pf, m: m, seen: map[uint64]bool{0: true, 1: true}}
+	if err := w.page(m.root, 0, keyRange{}); err != nil {
+		t.Fatal(err)
+	}
+	for id := range w.seen {
+		if id > 1 && native.Uint16(page(h.file, id)[8:]) == branchFlag && native.Uint16(page(h.file, id)[10:]) > 1 {
+			branch = id
+		}
+	}
+	if branch == 0 {
+		t.Fatal("no branch page with two elements")
+	}
+	elem := func(b []byte, i uint64) []byte { return page(b, branch)[pageHeaderSize+i*elementSize:] }
+	tests := []struct {
+		name   string
+		damage func(b []byte)
+		want   string
+	}{
+		{"a branch points at itself", func(b []byte) { native.PutUint64(elem(b, 0)[8:], branch) }, "reached twice"},
+		{"a branch points past the last page", func(b []byte) { native.PutUint64(elem(b, 0)[8:], m.high+5) }, "outside"},
+		{"a branch key out of order", func(b []byte) {
+			e := elem(b, 1)
+			clear(e[native.Uint32(e) : native.Uint32(e)+native.Uint32(e[4:])])
+		}, "out of order"},
+		{"a branch key points past the page", func(b []byte) { native.PutUint32(elem(b, 0), 1<<20) }, "points past"},
+		{"too many elements", func(b []byte) { native.PutUint16(page(b, branch)[10:], 0xffff) }, "do not fit"},
+		{"a page says it is another", func(b []byte) { native.PutUint64(page(b, branch), branch+1) }, "says it is page"},
+		{"the freelist lists a live page", func(b []byte) {
+			fl := page(b, m.freelist)
+			native.PutUint16(fl[10:], 1)
+			native.PutUint64(fl[pageHeaderSize:], branch)
+		}, "which is in use"},
+		{"the file ends before the last page", nil, "the file holds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := append([]byte(nil), h.file...)
+			if tt.damage != nil {
+				tt.damage(b)
+			} else {
+				b = b[:(m.high-1)*ps]
+			}
+			path := Path(t.TempDir(), "p")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := openAndRead(path)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want ErrCorrupt saying %q", err, tt.want)
+			}
+		})
+	}
 }

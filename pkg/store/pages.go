@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -148,7 +149,7 @@ func (pf *pageFile) walk(m meta) error {
 		return fmt.Errorf("the meta page claims %d pages, the file holds %d", m.high, pf.size/m.pageSize)
 	}
 	w := &walker{pf: pf, m: m, seen: map[uint64]bool{0: true, 1: true}}
-	if err := w.page(m.root, 0); err != nil {
+	if err := w.page(m.root, 0, keyRange{}); err != nil {
 		return err
 	}
 	if m.freelist != noFreelist {
@@ -157,9 +158,20 @@ func (pf *pageFile) walk(m meta) error {
 	return nil
 }
 
-// page checks page id and, through it, every page below it. depth bounds
-// the recursion on top of the cycle check.
-func (w *walker) page(id uint64, depth int) error {
+// keyRange bounds the keys of a subtree: lo ≤ key < hi, nil unbounded.
+// bbolt finds where to read and write a key by comparing it with branch
+// keys, so a branch key out of its range would send a later write to the
+// wrong leaf.
+type keyRange struct{ lo, hi []byte }
+
+func (r keyRange) holds(k []byte) bool {
+	return (r.lo == nil || bytes.Compare(k, r.lo) >= 0) && (r.hi == nil || bytes.Compare(k, r.hi) < 0)
+}
+
+// page checks page id and, through it, every page below it: keys in
+// ascending order within r. depth bounds the recursion on top of the
+// cycle check.
+func (w *walker) page(id uint64, depth int, r keyRange) error {
 	if id < 2 || id >= w.m.high {
 		return fmt.Errorf("page id %d is outside 2..%d", id, w.m.high-1)
 	}
@@ -170,22 +182,34 @@ func (w *walker) page(id uint64, depth int) error {
 	if err != nil {
 		return err
 	}
-	count := uint64(native.Uint16(p[10:]))
+	els, err := elements(id, p, r)
+	if err != nil {
+		return err
+	}
 	switch native.Uint16(p[8:]) {
 	case branchFlag:
-		if count == 0 {
+		if len(els) == 0 {
 			return fmt.Errorf("branch page %d has no elements", id)
 		}
-		return w.elements(id, p, count, func(e, _ []byte) error {
-			return w.page(native.Uint64(e[8:]), depth+1)
-		})
-	case leafFlag:
-		return w.elements(id, p, count, func(e, value []byte) error {
-			if native.Uint32(e)&bucketFlag == 0 {
-				return nil
+		for i, el := range els {
+			sub := keyRange{el.key, r.hi}
+			if i+1 < len(els) {
+				sub.hi = els[i+1].key
 			}
-			return w.bucket(id, value, depth)
-		})
+			if err := w.page(native.Uint64(el.e[8:]), depth+1, sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	case leafFlag:
+		for _, el := range els {
+			if native.Uint32(el.e)&bucketFlag != 0 {
+				if err := w.bucket(id, el.value, depth); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("page %d has type %#x where a branch or leaf page belongs", id, native.Uint16(p[8:]))
 }
@@ -213,29 +237,40 @@ func (w *walker) span(id uint64) ([]byte, error) {
 	return w.pf.read(id*w.m.pageSize, (overflow+1)*w.m.pageSize)
 }
 
-// elements checks that count elements and the keys and values they point
-// at lie within the page p, and calls fn for each with the element and,
-// on a leaf page, its value.
-func (w *walker) elements(id uint64, p []byte, count uint64, fn func(e, value []byte) error) error {
+// element is one element of a branch or leaf page: the element itself,
+// its key, and on a leaf page its value.
+type element struct{ e, key, value []byte }
+
+// elements returns the elements of page p (id for messages), checking that
+// they, their keys and their values lie within the page and that the keys
+// ascend within r.
+func elements(id uint64, p []byte, r keyRange) ([]element, error) {
+	count := uint64(native.Uint16(p[10:]))
 	if pageHeaderSize+count*elementSize > uint64(len(p)) {
-		return fmt.Errorf("page %d: %d elements do not fit", id, count)
+		return nil, fmt.Errorf("page %d: %d elements do not fit", id, count)
 	}
+	leaf := native.Uint16(p[8:]) == leafFlag
+	out := make([]element, count)
 	for i := range count {
 		at := pageHeaderSize + i*elementSize
+		// A branch element is pos, ksize, page id; a leaf element flags,
+		// pos, ksize, vsize. pos counts from the element.
 		e := p[at : at+elementSize]
-		start := at + uint64(native.Uint32(e[4:]))
-		ksize, vsize := uint64(native.Uint32(e[8:])), uint64(0)
-		if native.Uint16(p[8:]) == leafFlag {
-			vsize = uint64(native.Uint32(e[12:]))
+		start := at + uint64(native.Uint32(e))
+		ksize, vsize := uint64(native.Uint32(e[4:])), uint64(0)
+		if leaf {
+			start = at + uint64(native.Uint32(e[4:]))
+			ksize, vsize = uint64(native.Uint32(e[8:])), uint64(native.Uint32(e[12:]))
 		}
 		if start > uint64(len(p)) || ksize+vsize > uint64(len(p))-start {
-			return fmt.Errorf("page %d: element %d points past the page", id, i)
+			return nil, fmt.Errorf("page %d: element %d points past the page", id, i)
 		}
-		if err := fn(e, p[start+ksize:start+ksize+vsize]); err != nil {
-			return err
+		out[i] = element{e, p[start : start+ksize], p[start+ksize : start+ksize+vsize]}
+		if !r.holds(out[i].key) || i > 0 && bytes.Compare(out[i-1].key, out[i].key) >= 0 {
+			return nil, fmt.Errorf("page %d: key %d is out of order", id, i)
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // bucket checks the bucket whose value v a leaf of page id holds: an
@@ -245,19 +280,22 @@ func (w *walker) bucket(id uint64, v []byte, depth int) error {
 		return fmt.Errorf("page %d: a bucket value is too short", id)
 	}
 	if root := native.Uint64(v); root != 0 {
-		return w.page(root, depth+1)
+		return w.page(root, depth+1, keyRange{})
 	}
 	inline := v[inBucketSize:]
 	if len(inline) < pageHeaderSize || native.Uint16(inline[8:]) != leafFlag {
 		return fmt.Errorf("page %d: an inline bucket is not a leaf page", id)
 	}
-	count := uint64(native.Uint16(inline[10:]))
-	return w.elements(id, inline, count, func(e, _ []byte) error {
-		if native.Uint32(e)&bucketFlag != 0 {
+	els, err := elements(id, inline, keyRange{})
+	if err != nil {
+		return err
+	}
+	for _, el := range els {
+		if native.Uint32(el.e)&bucketFlag != 0 {
 			return fmt.Errorf("page %d: an inline bucket holds a bucket", id)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // freelist checks the freelist page: every page it lists lies within the
