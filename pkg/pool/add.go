@@ -6,6 +6,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
@@ -23,7 +24,7 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 	}
 	defer done()
 
-	a := &adder{pool: p, call: c, pick: byCount(c.Locality, p.Strict)}
+	a := &adder{pool: p, call: c, pick: byCount(c.Locality, p.Strict, distances(c))}
 	if err := st.Update(func(tx *store.Tx) error { return a.run(work, tx) }); err != nil {
 		a.undo(hold)
 		return nil, storeError(err)
@@ -74,7 +75,9 @@ func (a *adder) run(ctx context.Context, tx *store.Tx) error {
 		// before removing it). Remove it before committing, so that an
 		// ADD killed before its own spec write leaves no spec at all,
 		// never one naming devices the id does not hold.
-		a.pool.unpublish(a.call, a.call.RequestID)
+		if a.pool.Spec != nil {
+			a.pool.removeSpec(a.call, cdispec.Owner{Plugin: a.pool.Name, Store: tx.ID()}, a.call.RequestID)
+		}
 	}
 	taken := map[string]bool{} // by earlier items of this request
 	free := func(key string) bool { return !taken[key] && tx.Holder(key) == "" }
@@ -122,6 +125,7 @@ func (a *adder) scan(ctx context.Context, tx *store.Tx) ([]Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	devs = a.pool.placed(ctx, a.call, devs)
 	a.present = make(map[string]Device, len(devs))
 	for _, d := range devs {
 		a.present[d.Key] = d

@@ -17,7 +17,7 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 		return err
 	}
 	if !stored {
-		p.unpublish(c, c.RequestID) // an orphan, if anything
+		// No store, so no spec file is ours.
 		return protocol.NewError(protocol.CodeUnknownRequestID, "")
 	}
 	st, hold, _, done, err := p.lock(ctx, c)
@@ -40,7 +40,7 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 	})
 	var e *protocol.Error
 	if err == nil || errors.As(err, &e) && e.Code == protocol.CodeUnknownRequestID {
-		p.unpublish(c, c.RequestID)
+		p.unpublish(st, c, c.RequestID)
 	}
 	if err != nil {
 		return storeError(err)
@@ -70,7 +70,7 @@ func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
 		return nil, storeError(err)
 	}
 	for _, id := range res.Freed {
-		p.unpublish(c, id)
+		p.unpublish(st, c, id)
 	}
 	if p.Spec != nil {
 		p.removeOrphans(st, c)

@@ -310,38 +310,3 @@ func TestVerifyAndRepair(t *testing.T) {
 		}
 	})
 }
-
-// A store has a random identity from its creation; it stays across opens,
-// and a store that has none (written before identities) gets one on its
-// next write.
-func TestIdentityKept(t *testing.T) {
-	dir := t.TempDir()
-	id := func(s *Store) string {
-		var id string
-		if err := s.View(func(tx *Tx) error { id = tx.ID(); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	a := open(t, Path(dir, "a"))
-	first := id(a)
-	if len(first) != 32 || strings.Trim(first, "0123456789abcdef") != "" {
-		t.Fatalf("identity %q", first)
-	}
-	a.Close()
-	if again := id(open(t, Path(dir, "a"))); again != first {
-		t.Fatalf("identity changed: %q then %q", first, again)
-	}
-	if other := id(open(t, Path(dir, "b"))); other == first {
-		t.Fatal("two stores share an identity")
-	}
-	raw(t, Path(dir, "c"), func(tx *bolt.Tx) error { return initialise(tx) })
-	raw(t, Path(dir, "c"), func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyID) })
-	c := open(t, Path(dir, "c"))
-	if id(c) != "" {
-		t.Fatal("identity before the first write")
-	}
-	if err := c.Update(func(*Tx) error { return nil }); err != nil || len(id(c)) != 32 {
-		t.Fatalf("no identity after the first write: %v", err)
-	}
-}

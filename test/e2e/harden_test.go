@@ -69,7 +69,7 @@ func (n *node) refused(t *testing.T, conf, top, want string) {
 	}
 }
 
-// the store file and the state directory are never reached
+// The store file and the state directory are never reached
 // through a symbolic link, and must be a regular file and a directory of
 // the user the plugin runs as.
 func TestStoreLocationRefused(t *testing.T) {
@@ -170,7 +170,7 @@ func TestStoreLocationAsNonRoot(t *testing.T) {
 	}
 }
 
-// a state directory others may write is refused with advice, and
+// A state directory others may write is refused with advice, and
 // relative roots are errors, not paths under the caller's directory.
 func TestStateDirModeAndRelativeRoots(t *testing.T) {
 	conf := readConf(t, "tty.conf")
@@ -204,7 +204,7 @@ func TestStateDirModeAndRelativeRoots(t *testing.T) {
 	}
 }
 
-// an empty store file is damage. ADD and INFO fail with 106, DEL
+// An empty store file is damage. ADD and INFO fail with 106, DEL
 // prints 106 and exits 0, and the file is left as it is.
 func TestEmptyStoreIsDamage(t *testing.T) {
 	n := newNode(t, specTTYHost)
@@ -213,7 +213,7 @@ func TestEmptyStoreIsDamage(t *testing.T) {
 	n.refused(t, readConf(t, "tty.conf"), n.state, "is empty")
 }
 
-// arg and config names match exactly; another spelling or a
+// Arg and config names match exactly; another spelling or a
 // repeated name is 101 naming it.
 func TestNamesMatchExactly(t *testing.T) {
 	n := newNode(t, specTTYHost)
@@ -254,7 +254,7 @@ func storeRecords(t *testing.T, n *node, plugin string) map[string]*store.Record
 	return n.records(plugin)
 }
 
-// every unusable CDI_LOCK_TIMEOUT is named in a warning on stderr
+// Every unusable CDI_LOCK_TIMEOUT is named in a warning on stderr
 // and the default is used; plugins and cdictl parse it the same way.
 func TestUnusableLockTimeoutWarns(t *testing.T) {
 	n := newNode(t, specTTYHost)
@@ -292,7 +292,7 @@ func TestCommandMatchedASCIIOnly(t *testing.T) {
 	}
 }
 
-// a /dev entry is handed out only when it is a character device
+// A /dev entry is handed out only when it is a character device
 // with the numbers sysfs gives for it. INFO checks the type, which the
 // directory listing tells for free; ADD also checks the numbers of the
 // devices it chooses.
@@ -352,11 +352,12 @@ func TestSpecRewrittenFromRecord(t *testing.T) {
 	n := newNode(t, specTTYHost)
 	dir := filepath.Join(t.TempDir(), "cdi")
 	conf := `{"cdiVersion":"0.0.2","name":"t","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12,"cdi_spec":{"kind":"example.com/tty","dir":"` + dir + `"}}}`
-	specOf := func(id string) string { return filepath.Join(dir, "example.com-tty_"+id+".json") }
-	nodesIn := func(id string) []string { return specNodes(t, specOf(id)) }
-	stale := func(id string) {
-		mkdirMode(t, dir, 0o755)
-		writeT(t, specOf(id), `{"cdiVersion":"0.5.0","kind":"example.com/tty","devices":[{"name":"`+id+`","containerEdits":{"deviceNodes":[{"path":"/dev/tty40"}]}}]}`, 0o644)
+	makeStore(t, n, conf) // x holds tty13
+	id := storeID(t, n)
+	specOf := func(rid string) string { return filepath.Join(dir, "example.com-tty_"+rid+"_generic-tty-"+id+".json") }
+	nodesIn := func(rid string) []string { return specNodes(t, specOf(rid)) }
+	stale := func(rid string) {
+		writeT(t, specOf(rid), `{"cdiVersion":"0.5.0","kind":"example.com/tty","devices":[{"name":"`+rid+`","containerEdits":{"deviceNodes":[{"path":"/dev/tty40"}]}}]}`, 0o644)
 	}
 	// A spec left by a DEL killed after its commit names devices the id no
 	// longer holds. An ADD of the id that gets no further than its choice
@@ -373,35 +374,47 @@ func TestSpecRewrittenFromRecord(t *testing.T) {
 	if r := n.run("generic-tty", conf, ttyAdd...); r.status != 0 {
 		t.Fatal(r.stdout)
 	}
-	if got := nodesIn("a"); !slices.Equal(got, []string{"/dev/tty13"}) {
+	if got := nodesIn("a"); !slices.Equal(got, []string{"/dev/tty14"}) {
 		t.Fatalf("fresh ADD left the spec at %v", got)
 	}
 	stale("a") // left by an ADD killed between its commit and its spec write
 	if r := n.run("generic-tty", conf, ttyAdd...); r.status != 0 {
 		t.Fatal(r.stdout)
 	}
-	if got := nodesIn("a"); !slices.Equal(got, []string{"/dev/tty13"}) {
+	if got := nodesIn("a"); !slices.Equal(got, []string{"/dev/tty14"}) {
 		t.Fatalf("replay left the spec at %v", got)
 	}
 }
 
-// a later write removes the temporary files that killed writers
+// storeID returns the identity of the node's tty store, which its spec
+// files and their temporary files carry in their names.
+func storeID(t *testing.T, n *node) string {
+	t.Helper()
+	var id string
+	if err := store.Inspect(store.Path(n.state, "generic-tty"), 5*time.Second, func(tx *store.Tx) error { id = tx.ID(); return nil }); err != nil || id == "" {
+		t.Fatalf("store identity %q: %v", id, err)
+	}
+	return id
+}
+
+// A later write removes the temporary files that killed writers
 // left, once they are stale, in the spec directory and the state
 // directory; fresh ones and other files stay.
 func TestLitterSwept(t *testing.T) {
 	n := newNode(t, specTTYHost)
 	dir := filepath.Join(t.TempDir(), "cdi")
 	conf := `{"cdiVersion":"0.0.2","name":"t","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12,"cdi_spec":{"kind":"example.com/tty","dir":"` + dir + `"}}}`
-	mkdirMode(t, dir, 0o755)
-	mkdirMode(t, n.state, 0o700)
+	makeStore(t, n, conf)
+	id := storeID(t, n)
 	keep := map[string]bool{
-		filepath.Join(dir, ".tmp-example.com-tty_123"):              false,
-		filepath.Join(dir, ".tmp-example.com-tty_fresh"):            true,
-		filepath.Join(dir, ".tmp-other.com-tty_1"):                  true,
-		filepath.Join(n.state, "generic-tty.db.new-77-1"):           false,
-		filepath.Join(n.state, "generic-tty.db.new-78-fresh"):       true,
-		filepath.Join(n.state, "drm.db.new-79-1"):                   true,
-		filepath.Join(n.state, "generic-tty.db.new-not-a-file/sub"): true,
+		filepath.Join(dir, ".tmp-example.com-tty_123_generic-tty-"+id):   false,
+		filepath.Join(dir, ".tmp-example.com-tty_fresh_generic-tty-"+id): true,
+		filepath.Join(dir, ".tmp-example.com-tty_1_generic-tty-ffff"):    true, // another store's
+		filepath.Join(dir, ".tmp-other.com-tty_1_generic-tty-"+id):       true, // another kind's
+		filepath.Join(n.state, "generic-tty.db.new-77-1"):                false,
+		filepath.Join(n.state, "generic-tty.db.new-78-fresh"):            true,
+		filepath.Join(n.state, "drm.db.new-79-1"):                        true,
+		filepath.Join(n.state, "generic-tty.db.new-not-a-file/sub"):      true,
 	}
 	for p := range keep {
 		mkdirMode(t, filepath.Dir(p), 0o700)
@@ -427,7 +440,7 @@ func TestLitterSwept(t *testing.T) {
 	}
 }
 
-// damage that bbolt reads without complaint — a changed byte in a
+// Damage that bbolt reads without complaint — a changed byte in a
 // record — fails the record's checksum: 106, DEL exits 0, file untouched.
 // cdictl check finds it; index damage it can repair from intact records.
 func TestChecksumsAndCheck(t *testing.T) {
