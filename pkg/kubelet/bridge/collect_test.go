@@ -3,7 +3,12 @@ package bridge
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,23 +151,47 @@ func TestCollectSkipsFailedScans(t *testing.T) {
 	}
 }
 
-// The scans run on their own every --gc-interval.
+// The scans run on their own every --gc-interval, and free only after two
+// of them.
 func TestCollectLoop(t *testing.T) {
 	n := ttyNode(t)
 	opt := n.options()
 	opt.GCInterval, opt.Grace, opt.Poll = 20*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond
+	var logs lockedBuffer
+	opt.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	n.start(opt)
 	c := n.kubelet.Dial(n.register().Endpoint)
 	if _, err := allocate(c, "tty19"); err != nil {
 		t.Fatal(err)
 	}
-	before := n.kubelet.Lists()
 	for deadline := time.Now().Add(time.Minute); len(n.held(t, "generic-tty", "")) > 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("not freed within a minute")
+			t.Fatalf("not freed within a minute:\n%s", logs.String())
 		}
 	}
-	if scans := n.kubelet.Lists() - before; scans < 2 {
-		t.Fatalf("freed after %d scans", scans)
+	scans := 0
+	if m := regexp.MustCompile(`msg="gc: freed" .* scans=(\d+)`).FindStringSubmatch(logs.String()); m != nil {
+		scans, _ = strconv.Atoi(m[1])
 	}
+	if scans < 2 {
+		t.Fatalf("freed without a log line saying after at least two scans:\n%s", logs.String())
+	}
+}
+
+// lockedBuffer collects log lines from the bridge's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
