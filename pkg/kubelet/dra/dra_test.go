@@ -16,6 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
@@ -33,12 +34,14 @@ const (
 )
 
 // host has tty0..tty19 (with 12 reserved, tty13..tty19 are offered) and
-// GPUs 0000:10..11:00.0 on NUMA nodes 0 and 1.
+// GPUs 0000:10..11:00.0 on NUMA nodes 0 and 1, below the root ports
+// 0000:00:01.0 and 0000:80:01.0.
 func host() fixture.Host {
 	h := fixture.Host{TTYs: map[string]int{"tty": 20}}
 	for i := range 2 {
 		h.GPUs = append(h.GPUs, fixture.GPU{Addr: fmt.Sprintf("0000:%02x:00.0", 0x10+i), Vendor: "0x1002", Device: "0x73bf",
-			NUMA: fixture.Int(i), Driver: "amdgpu", Card: i, Render: 128 + i, Control: -1})
+			NUMA: fixture.Int(i), Driver: "amdgpu", Card: i, Render: 128 + i, Control: -1,
+			Bridges: []string{fmt.Sprintf("0000:%02x:01.0", 0x80*i)}})
 	}
 	return h
 }
@@ -122,6 +125,7 @@ func TestSlice(t *testing.T) {
 	gpus := n.waitSlice(gpuDriver, []string{"pci-0000-10-00-0", "pci-0000-11-00-0"})
 	want := map[resourceapi.QualifiedName]string{
 		attrKey: "0000:11:00.0", attrPCIAddress: "0000:11:00.0", attrVendorID: "0x1002", attrDeviceID: "0x73bf", attrNUMA: "1",
+		deviceattribute.StandardDeviceAttributePCIeRoot: "pci0000:80",
 	}
 	got := map[resourceapi.QualifiedName]string{}
 	for name, a := range gpus[1].Attributes {

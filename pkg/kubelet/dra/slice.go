@@ -6,6 +6,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
@@ -108,6 +109,9 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 	}
 	if dev.DeviceID != "" {
 		a[attrDeviceID] = str(dev.DeviceID)
+	}
+	if dev.PCIeRoot != "" { // the kernel's name, "pci0000:00", is the standard's form
+		a[deviceattribute.StandardDeviceAttributePCIeRoot] = str(dev.PCIeRoot)
 	}
 	return a
 }
