@@ -10,8 +10,8 @@
 //
 //   - plain: a key of lower-case letters and digits only is its own name
 //     ("tty13", "card0"). Plain names have no "-".
-//   - pci: a PCI address as sysfs spells it ("0000:03:00.0") becomes
-//     "pci-0000-03-00-0".
+//   - pci: a PCI address as sysfs spells it ("0000:03:00.0",
+//     sysfs.IsPCIAddr) becomes "pci-0000-03-00-0".
 //   - escaped: any other key becomes "x-" and the key with each lower-case
 //     letter and digit kept and every other character written as "-" and
 //     one letter or digit: "-0" for "-", "-1" for ".", "-2" for ":", "-3"
@@ -29,6 +29,7 @@ import (
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // MaxLen is the longest device name a ResourceSlice accepts.
@@ -39,10 +40,9 @@ const (
 	escapedPrefix = "x-"
 )
 
-var (
-	pciKey  = regexp.MustCompile(`^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$`)
-	pciName = regexp.MustCompile(`^pci-([0-9a-f]{4})-([0-9a-f]{2})-([0-9a-f]{2})-([0-7])$`)
-)
+// pciName matches the pci form; Key checks the rest of the rule by
+// making the name again.
+var pciName = regexp.MustCompile(`^pci-([0-9a-f]{4})-([0-9a-f]{2})-([0-9a-f]{2})-([0-9a-f])$`)
 
 // escapes are the characters written as "-" and a digit, in digit order.
 const escapes = "-.:_"
@@ -56,8 +56,8 @@ func Name(key string) (string, error) {
 	if plain(key) {
 		return key, nil
 	}
-	if m := pciKey.FindStringSubmatch(key); m != nil {
-		return pciPrefix + strings.Join(m[1:], "-"), nil
+	if sysfs.IsPCIAddr(key) {
+		return pciPrefix + strings.NewReplacer(":", "-", ".", "-").Replace(key), nil
 	}
 	var b strings.Builder
 	b.WriteString(escapedPrefix)
@@ -79,10 +79,6 @@ func Name(key string) (string, error) {
 	}
 	return b.String(), nil
 }
-
-// IsPCIAddress reports whether key is a PCI address as sysfs spells it
-// ("0000:03:00.0"), the key the plugins give a PCI device.
-func IsPCIAddress(key string) bool { return pciKey.MatchString(key) }
 
 // Key returns the key a device name stands for. It refuses every string
 // that Name does not make.

@@ -17,6 +17,7 @@ func TestName(t *testing.T) {
 		{"0000:af:1f.7", "pci-0000-af-1f-7"},
 		{"0000:AF:1f.7", "x-0000-2-a-f-21f-17"},
 		{"0000:03:00.8", "x-0000-203-200-18"},
+		{"0000:03:20.0", "x-0000-203-220-10"},
 		{"ttyS0", "x-tty-s0"},
 		{"ttyUSB0", "x-tty-u-s-b0"},
 		{"a-b", "x-a-0b"},
@@ -57,7 +58,7 @@ func TestName(t *testing.T) {
 
 func TestKeyRefusesOtherNames(t *testing.T) {
 	for _, name := range []string{
-		"", "x-", "x-tty13", "x-0000-203-200-10", "pci-0000-03-00-8", "pci-0000-03-00",
+		"", "x-", "x-tty13", "x-0000-203-200-10", "pci-0000-03-00-8", "pci-0000-03-20-0", "pci-0000-03-00",
 		"tty-13", "x-a-", "x-a-4", "x-a-9b", "x-A", "Tty13", "x-a--", "-x", "x-tty_1",
 		"pci-0000-ag-00-0", strings.Repeat("k", 64),
 	} {

@@ -13,6 +13,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/pkg/kubelet/devname"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // The attributes of a device, in the driver's domain.
@@ -101,7 +102,7 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 		n := int64(dev.NUMA)
 		a[attrNUMA] = resourceapi.DeviceAttribute{IntValue: &n}
 	}
-	if devname.IsPCIAddress(dev.Key) {
+	if sysfs.IsPCIAddr(dev.Key) {
 		a[attrPCIAddress] = str(dev.Key)
 	}
 	if dev.VendorID != "" {
