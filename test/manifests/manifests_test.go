@@ -57,15 +57,17 @@ func TestDecode(t *testing.T) {
 		dir  string
 		want []string
 	}{
+		// In the order kubectl apply -f deploy/ creates them: the
+		// namespace before what lives in it.
 		{".", []string{
-			"configmap.yaml: ConfigMap cdi-plugin-configs",
-			"daemonset.yaml: DaemonSet cdi-dra",
-			"deviceclasses.yaml: DeviceClass tty.cdi-exec.io",
-			"deviceclasses.yaml: DeviceClass gpu.cdi-exec.io",
-			"namespace.yaml: Namespace cdi-exec",
-			"rbac.yaml: ServiceAccount cdi-dra",
-			"rbac.yaml: ClusterRole cdi-exec:dra-driver",
-			"rbac.yaml: ClusterRoleBinding cdi-exec:dra-driver",
+			"00-namespace.yaml: Namespace cdi-exec",
+			"10-rbac.yaml: ServiceAccount cdi-dra",
+			"10-rbac.yaml: ClusterRole cdi-exec:dra-driver",
+			"10-rbac.yaml: ClusterRoleBinding cdi-exec:dra-driver",
+			"20-configmap.yaml: ConfigMap cdi-plugin-configs",
+			"30-daemonset.yaml: DaemonSet cdi-dra",
+			"40-deviceclasses.yaml: DeviceClass tty.cdi-exec.io",
+			"40-deviceclasses.yaml: DeviceClass gpu.cdi-exec.io",
 		}},
 		{"device-plugin", []string{"daemonset.yaml: DaemonSet cdi-device-plugin"}},
 		{"example", []string{

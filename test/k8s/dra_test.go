@@ -1,0 +1,439 @@
+//go:build e2enode
+
+package k8se2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/cdi-exec/plugins/pkg/kubelet/devname"
+	"github.com/cdi-exec/plugins/test/manifests"
+)
+
+// The names deploy/ gives things.
+const (
+	draNamespace = "cdi-exec"
+	draDriver    = "tty.cdi-exec.io"
+	draSelector  = "app.kubernetes.io%2Fname%3Dcdi-dra"
+)
+
+// repoRoot is the repository, two levels above this package.
+const repoRoot = "../.."
+
+// TestClusterDRATTYs deploys the DRA mode as a cluster admin would: the
+// image built from Containerfile and loaded into the node's containerd,
+// and deploy/ applied with kubectl, changed only where a test must not
+// touch the live node (the host directories of the plugins' stores, the
+// claim records and the CDI specs, which become private ones) and in
+// the tty config (only virtual consoles well above any in use). Then:
+//  1. the DaemonSet's pod runs the driver, and a ResourceSlice of the
+//     node's free ttys appears;
+//  2. the example pod, with a claim from the template for two ttys, runs
+//     and sees exactly the two ttys allocated to the claim, which the
+//     plugin holds under the claim's UID and the CDI spec names;
+//  3. deleting the driver's pod (the DaemonSet makes a new one) leaves the
+//     running claim prepared and the pod's container untouched;
+//  4. deleting the pod unprepares the claim: the ttys are free again
+//     (cdictl ls) and the spec file is gone.
+func TestClusterDRATTYs(t *testing.T) {
+	bin := repoBin(t)
+	reserved := ttyReserve(t)
+	c := StartCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	d := newDRARun(t, c, bin, reserved)
+	start := time.Now()
+	d.loadImage(ctx, t)
+	t.Logf("image built and imported in %.1fs", time.Since(start).Seconds())
+	d.apply(ctx, t, d.driverManifests(t))
+
+	start = time.Now()
+	driverPod := d.waitDriver(ctx, t, "")
+	slice := d.waitSlice(ctx, t)
+	t.Logf("driver pod %s runs; its slice lists %v, %.1fs after kubectl apply", driverPod, slice, time.Since(start).Seconds())
+
+	start = time.Now()
+	d.apply(ctx, t, d.exampleManifests(t))
+	pod, err := c.WaitPod(ctx, "default", "two-ttys", Running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, uid := d.checkClaim(ctx, t, pod)
+	t.Logf("the pod ran %.1fs after kubectl apply", time.Since(start).Seconds())
+
+	start = time.Now()
+	if _, err := c.Kubectl(ctx, "delete", "pod", "-n", draNamespace, driverPod, "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	next := d.waitDriver(ctx, t, driverPod)
+	d.waitLog(ctx, t, next, "slice published")
+	after, err := c.WaitPod(ctx, "default", "two-ttys", Running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, p := after.Status.ContainerStatuses[0], pod.Status.ContainerStatuses[0]; a.ContainerID != p.ContainerID || a.RestartCount != 0 {
+		t.Fatalf("after the driver's restart the container is %s (restarts %d), was %s", a.ContainerID, a.RestartCount, p.ContainerID)
+	}
+	if again, againUID := d.checkClaim(ctx, t, after); !slices.Equal(again, held) || againUID != uid {
+		t.Fatalf("after the driver's restart the claim %s holds %v, was %s with %v", againUID, again, uid, held)
+	}
+	t.Logf("driver pod %s replaced by %s in %.1fs; the claim stays prepared", driverPod, next, time.Since(start).Seconds())
+
+	start = time.Now()
+	if _, err := c.Kubectl(ctx, "delete", "pod", "two-ttys", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	d.waitFreed(ctx, t, held)
+	d.waitLog(ctx, t, next, "msg=unprepare")
+	t.Logf("freed %v %.1fs after the pod was deleted", held, time.Since(start).Seconds())
+}
+
+// draRun is the DRA deployment on a cluster's node.
+type draRun struct {
+	c        *Cluster
+	b        *bridgeRun // cdictl ls, the spec files and the pod's output, as for the device-plugin mode
+	claims   string     // the drivers' claim records: the host side of --state-dir
+	reserved int
+}
+
+func newDRARun(t *testing.T, c *Cluster, bin string, reserved int) *draRun {
+	d := &draRun{c: c, reserved: reserved, claims: filepath.Join(c.Dir, "dra-state"),
+		b: &bridgeRun{n: c.Node, bin: bin, conf: filepath.Join(c.Dir, "cdi-conf"), state: filepath.Join(c.Dir, "cdi-state")}}
+	// The host's copy of the tty config is for cdictl.
+	if err := os.MkdirAll(filepath.Join(d.b.conf, "tty.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.b.conf, "tty.d", "generic-tty.conf"), []byte(d.ttyConf()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (d *draRun) ttyConf() string {
+	return fmt.Sprintf(`{"cdiVersion": "0.0.2", "name": "virtual consoles", "type": "tty", "plugin": "generic-tty", "args": {"num_system_reserved": %d}}`, d.reserved)
+}
+
+// loadImage builds the image as make image does (podman build -f
+// Containerfile bin, no network), with podman's storage in the node's
+// directory, saves it as an OCI archive and imports it into the node's
+// containerd.
+func (d *draRun) loadImage(ctx context.Context, t *testing.T) {
+	t.Helper()
+	dir := filepath.Join(d.c.Dir, "dra-image")
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	image := d.daemonSet(t).Spec.Template.Spec.Containers[0].Image
+	podman := []string{
+		"--root", filepath.Join(dir, "storage"), "--runroot", filepath.Join(dir, "run"),
+		"--tmpdir", filepath.Join(dir, "libpod"), "--storage-driver", "vfs",
+		"--events-backend", "none", "--cgroup-manager", "cgroupfs",
+	}
+	archive := filepath.Join(dir, "plugins.oci.tar")
+	for _, args := range [][]string{
+		append(podman, "build", "--pull=never", "--network=none", "-f", filepath.Join(repoRoot, "Containerfile"), "-t", image, d.b.bin),
+		append(podman, "save", "--format", "oci-archive", "--output", archive, image),
+	} {
+		if _, err := run(ctx, []string{"TMPDIR=" + filepath.Join(dir, "tmp")}, "podman", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.c.ImportImage(ctx, archive); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deployObjects reads the manifests of deploy/dir.
+func deployObjects(t *testing.T, dir string) []manifests.Object {
+	t.Helper()
+	files, err := manifests.Files(filepath.Join(repoRoot, "deploy", dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Load(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func (d *draRun) daemonSet(t *testing.T) *appsv1.DaemonSet {
+	for _, o := range deployObjects(t, ".") {
+		if ds, ok := o.Obj.(*appsv1.DaemonSet); ok {
+			return ds
+		}
+	}
+	t.Fatal("deploy/ has no DaemonSet")
+	return nil
+}
+
+// driverManifests are deploy/'s objects, with the host directories of the
+// plugins' stores, the claim records and the CDI specs made private, and
+// the tty config's reserve raised.
+func (d *draRun) driverManifests(t *testing.T) []runtime.Object {
+	t.Helper()
+	private := map[string]string{
+		"/var/lib/cdi": d.b.state, "/var/lib/cdi-kubelet-plugin": d.claims, "/var/run/cdi": d.c.CDIDir,
+	}
+	var out []runtime.Object
+	for _, o := range deployObjects(t, ".") {
+		switch obj := o.Obj.(type) {
+		case *appsv1.DaemonSet:
+			for _, v := range obj.Spec.Template.Spec.Volumes {
+				if v.HostPath != nil && private[v.HostPath.Path] != "" {
+					v.HostPath.Path = private[v.HostPath.Path]
+				}
+			}
+		case *corev1.ConfigMap:
+			if _, ok := obj.Data["tty.conf"]; !ok {
+				t.Fatalf("the ConfigMap has no tty.conf: %v", obj.Data)
+			}
+			obj.Data["tty.conf"] = d.ttyConf()
+		}
+		out = append(out, o.Obj)
+	}
+	return out
+}
+
+// exampleManifests are deploy/example/two-ttys.yaml, with the node's one
+// image and the host's network (there is no CNI).
+func (d *draRun) exampleManifests(t *testing.T) []runtime.Object {
+	t.Helper()
+	var out []runtime.Object
+	for _, o := range deployObjects(t, "example") {
+		if filepath.Base(o.File) != "two-ttys.yaml" {
+			continue
+		}
+		if pod, ok := o.Obj.(*corev1.Pod); ok {
+			pod.Spec.HostNetwork = true
+			pod.Spec.TerminationGracePeriodSeconds = new(int64)
+			ctr := &pod.Spec.Containers[0]
+			ctr.Image, ctr.ImagePullPolicy = Image, corev1.PullNever
+			ctr.Command = []string{"/bin/sh", "-c", devLoop}
+		}
+		out = append(out, o.Obj)
+	}
+	return out
+}
+
+// apply writes the objects as a JSON list and runs kubectl apply on it.
+func (d *draRun) apply(ctx context.Context, t *testing.T, objs []runtime.Object) {
+	t.Helper()
+	list := corev1.List{TypeMeta: metaList}
+	for _, o := range objs {
+		list.Items = append(list.Items, runtime.RawExtension{Object: o})
+	}
+	data, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(d.c.Dir, fmt.Sprintf("apply-%d.json", time.Now().UnixNano()))
+	if err := os.WriteFile(f, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := d.c.Kubectl(ctx, "apply", "-f", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl apply:\n%s", strings.TrimSpace(out))
+}
+
+var metaList = metav1.TypeMeta{APIVersion: "v1", Kind: "List"}
+
+// waitDriver waits until one pod of the DaemonSet other than old runs
+// the driver on the node, and returns its name.
+func (d *draRun) waitDriver(ctx context.Context, t *testing.T, old string) string {
+	t.Helper()
+	var name string
+	err := waitFor(ctx, "the DaemonSet's pod to run the driver", func(ctx context.Context) error {
+		var l corev1.PodList
+		if err := d.c.Get(ctx, "/api/v1/namespaces/"+draNamespace+"/pods?labelSelector="+draSelector, &l); err != nil {
+			return err
+		}
+		var running []string
+		for _, p := range l.Items {
+			if p.Name == old || p.DeletionTimestamp != nil || p.Spec.NodeName != NodeName {
+				continue
+			}
+			if len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil {
+				running = append(running, p.Name)
+			}
+		}
+		if len(running) != 1 {
+			return fmt.Errorf("running driver pods %v of %d", running, len(l.Items))
+		}
+		name = running[0]
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(ctx, t, name, "msg=serving driver="+draDriver)
+	return name
+}
+
+// waitLog waits until the driver pod's log has text.
+func (d *draRun) waitLog(ctx context.Context, t *testing.T, pod, text string) {
+	t.Helper()
+	var out string
+	err := waitFor(ctx, fmt.Sprintf("%q in the log of %s", text, pod), func(ctx context.Context) error {
+		var err error
+		if out, err = d.c.Kubectl(ctx, "logs", "-n", draNamespace, pod); err != nil {
+			return err
+		}
+		if !strings.Contains(out, text) {
+			return fmt.Errorf("not in %d bytes of log", len(out))
+		}
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// freeTTYs lists the ttys the driver should offer: those above the
+// reserve that the host has in sysfs and /dev.
+func (d *draRun) freeTTYs() []string {
+	var out []string
+	entries, _ := os.ReadDir("/sys/class/tty")
+	for _, e := range entries {
+		if n, ok := ttyNumber(e.Name()); ok && n > d.reserved {
+			if _, err := os.Stat("/dev/" + e.Name()); err == nil {
+				out = append(out, e.Name())
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitSlice waits until the node's ResourceSlices of the tty driver list
+// exactly the free ttys, and returns them.
+func (d *draRun) waitSlice(ctx context.Context, t *testing.T) []string {
+	t.Helper()
+	want := d.freeTTYs()
+	var names []string
+	err := waitFor(ctx, "the driver's ResourceSlice", func(ctx context.Context) error {
+		var l resourceapi.ResourceSliceList
+		if err := d.c.Get(ctx, "/apis/resource.k8s.io/v1/resourceslices", &l); err != nil {
+			return err
+		}
+		names = nil
+		for _, s := range l.Items {
+			if s.Spec.Driver == draDriver && s.Spec.NodeName != nil && *s.Spec.NodeName == NodeName {
+				for _, dev := range s.Spec.Devices {
+					names = append(names, dev.Name)
+				}
+			}
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, want) {
+			return fmt.Errorf("the slices list %v, want %v", names, want)
+		}
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// checkClaim checks that the pod sees exactly two ttys, with the host's
+// device numbers, and that they are the devices the scheduler allocated to
+// the pod's claim, the ones the plugin holds under the claim's UID, and
+// the ones the claim's CDI spec names. It returns them and the UID.
+func (d *draRun) checkClaim(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
+	t.Helper()
+	line := d.b.lastDevLine(ctx, t, pod.Metadata.Name)
+	var seen []string
+	for _, f := range strings.Fields(strings.TrimPrefix(line, "devs")) {
+		path, dev, _ := strings.Cut(f, "=")
+		if want := hexDev(t, filepath.Base(path)); dev != want {
+			t.Fatalf("the pod sees %s as %s, the host has %s", path, dev, want)
+		}
+		seen = append(seen, path)
+	}
+	slices.Sort(seen)
+	claim := d.podClaim(ctx, t, pod.Metadata.Name)
+	var allocated []string
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != draDriver || r.Pool != NodeName {
+			t.Fatalf("the claim was allocated %+v", r)
+		}
+		key, err := devname.Key(r.Device)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocated = append(allocated, "/dev/"+key)
+	}
+	slices.Sort(allocated)
+	if len(seen) != 2 || !slices.Equal(seen, allocated) {
+		t.Fatalf("the pod sees %v, the claim was allocated %v", seen, allocated)
+	}
+	allocs := d.b.allocations(ctx, t)
+	if len(allocs) != 1 || allocs[0].RequestID != string(claim.UID) || !slices.Equal(slices.Sorted(slices.Values(allocs[0].Devices)), seen) {
+		t.Fatalf("the plugin holds %+v; want %v under the claim's UID %s", allocs, seen, claim.UID)
+	}
+	specs := d.b.specs(t)
+	for f, nodes := range specs {
+		if len(specs) != 1 || !strings.Contains(f, string(claim.UID)) || !slices.Equal(nodes, seen) {
+			t.Fatalf("CDI specs %v, want one for %s naming %v", specs, claim.UID, seen)
+		}
+	}
+	t.Logf("the pod sees %s; claim %s/%s (%s) was allocated %v", line, claim.Namespace, claim.Name, claim.UID, allocated)
+	return seen, string(claim.UID)
+}
+
+// podClaim returns the ResourceClaim the resourceclaim controller made
+// for the pod from the template.
+func (d *draRun) podClaim(ctx context.Context, t *testing.T, pod string) *resourceapi.ResourceClaim {
+	t.Helper()
+	var p corev1.Pod
+	if err := d.c.Get(ctx, "/api/v1/namespaces/default/pods/"+pod, &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("the pod's claims: %+v", p.Status.ResourceClaimStatuses)
+	}
+	var claim resourceapi.ResourceClaim
+	if err := d.c.Get(ctx, "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/"+*p.Status.ResourceClaimStatuses[0].ResourceClaimName, &claim); err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation == nil {
+		t.Fatalf("claim %s is not allocated", claim.Name)
+	}
+	return &claim
+}
+
+// waitFreed waits until the plugin holds nothing and the spec file is
+// gone: the kubelet unprepares the claim once the pod is gone.
+func (d *draRun) waitFreed(ctx context.Context, t *testing.T, held []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	err := waitFor(ctx, fmt.Sprintf("the driver to free %v", held), func(ctx context.Context) error {
+		if l := d.b.allocations(ctx, t); len(l) > 0 {
+			return fmt.Errorf("still held: %+v", l)
+		}
+		if specs := d.b.specs(t); len(specs) > 0 {
+			return fmt.Errorf("spec files left: %v", specs)
+		}
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
