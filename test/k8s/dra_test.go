@@ -285,15 +285,18 @@ func (d *draRun) waitDriver(ctx context.Context, t *testing.T, old string) strin
 	return name
 }
 
-// waitLog waits until the driver pod's log has text.
+// waitLog waits until the driver pod's log has text. It reads the log
+// from the kubelet's API (kubectl logs would need the node's name to
+// resolve).
 func (d *draRun) waitLog(ctx context.Context, t *testing.T, pod, text string) {
 	t.Helper()
 	var out string
 	err := waitFor(ctx, fmt.Sprintf("%q in the log of %s", text, pod), func(ctx context.Context) error {
-		var err error
-		if out, err = d.c.Kubectl(ctx, "logs", "-n", draNamespace, pod); err != nil {
+		b, err := d.c.api.get(ctx, d.c.url("/containerLogs/"+draNamespace+"/"+pod+"/driver"))
+		if err != nil {
 			return err
 		}
+		out = string(b)
 		if !strings.Contains(out, text) {
 			return fmt.Errorf("not in %d bytes of log", len(out))
 		}

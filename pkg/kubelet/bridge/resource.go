@@ -56,29 +56,11 @@ func (r *resource) Devices() ([]deviceplugin.Device, <-chan struct{}) {
 	return r.devs, r.changed
 }
 
-// refresh asks every config's plugin for its devices and publishes the
-// result. A plugin that fails keeps its last answer, so a hanging or
-// crashing plugin does not make its devices flap; the failure is logged
-// once, and so is the recovery.
+// refresh asks every config's plugin for its devices (Refresh) and
+// publishes the result.
 func (r *resource) refresh(ctx context.Context) {
-	for i, conf := range r.confs {
-		devs, err := devices(ctx, r.caller, conf)
-		if ctx.Err() != nil {
-			return // shutting down: a cancelled run says nothing of the plugin
-		}
-		r.mu.Lock()
-		wasFailing := r.failing[i]
-		r.failing[i] = err != nil
-		if err == nil {
-			r.answers[i] = devs
-		}
-		r.mu.Unlock()
-		switch {
-		case err != nil && !wasFailing:
-			r.log.Error("listing devices failed; keeping the last list", "config", conf.File, "err", err)
-		case err == nil && wasFailing:
-			r.log.Info("listing devices works again", "config", conf.File)
-		}
+	if !Refresh(ctx, r.caller, r.confs, &r.mu, r.answers, r.failing, r.log) {
+		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -2,6 +2,9 @@ package bridge
 
 import (
 	"context"
+	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -42,4 +45,39 @@ func Merge(answers [][]protocol.DeviceInfo) Inventory {
 		out.Conf = append(out.Conf, e.conf)
 	}
 	return out
+}
+
+// Refresh asks every config's plugin for its devices and keeps each good
+// answer in answers[i], under mu. A plugin that fails keeps its last
+// answer, so a hanging or crashing plugin does not make its devices flap;
+// failing[i] remembers the failure, which is logged once, and so is the
+// recovery. It reports false when ctx ended first: a cancelled run says
+// nothing of the plugin.
+func Refresh(ctx context.Context, c caller.Caller, confs []caller.Config, mu *sync.Mutex, answers [][]protocol.DeviceInfo, failing []bool, log *slog.Logger) bool {
+	for i, conf := range confs {
+		devs, err := devices(ctx, c, conf)
+		if ctx.Err() != nil {
+			return false
+		}
+		mu.Lock()
+		wasFailing := failing[i]
+		failing[i] = err != nil
+		if err == nil {
+			answers[i] = devs
+		}
+		mu.Unlock()
+		switch {
+		case err != nil && !wasFailing:
+			log.Error("listing devices failed; keeping the last list", "config", conf.File, "err", err)
+		case err == nil && wasFailing:
+			log.Info("listing devices works again", "config", conf.File)
+		}
+	}
+	return true
+}
+
+// Every calls fn every interval, and whenever poke delivers (a nil poke
+// never does), until ctx ends.
+func Every(ctx context.Context, interval time.Duration, poke <-chan struct{}, fn func()) {
+	every(ctx, interval, poke, fn)
 }

@@ -34,7 +34,6 @@ type driver struct {
 	state  *claimstate.File
 	grace  time.Duration
 	log    *slog.Logger
-	poke   chan struct{} // asks the poll loop for a poll now
 
 	helper *kubeletplugin.Helper // set by start
 	fatal  func(error)           // stops Run; set by start
@@ -62,7 +61,6 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 	return &driver{
 		name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
 		client: opt.Client, state: st, grace: opt.StaleGrace, log: opt.Log.With("driver", name),
-		poke:    make(chan struct{}, 1),
 		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
 		unnamed: map[string]bool{}, missing: map[string]time.Time{},
 	}, nil

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
+	"github.com/cdi-exec/plugins/pkg/kubelet/kubelettest"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
@@ -40,26 +41,12 @@ func TestMain(m *testing.M) {
 }
 
 func setup(m *testing.M) (int, error) {
-	binDir = os.Getenv("CDI_TEST_BIN_DIR")
-	if binDir == "" {
-		dir, err := os.MkdirTemp("", "cdi-dra-bin")
-		if err != nil {
-			return 0, err
-		}
-		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-o", dir+"/", "../../../plugins/...")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			return 0, fmt.Errorf("building plugins: %w", err)
-		}
-		binDir = dir
-	}
-	abs, err := filepath.Abs(binDir)
+	dir, done, err := kubelettest.Plugins("../../../plugins/...")
+	defer done()
 	if err != nil {
 		return 0, err
 	}
-	binDir = abs
+	binDir = dir
 	return m.Run(), nil
 }
 

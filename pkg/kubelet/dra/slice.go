@@ -25,26 +25,11 @@ const (
 	attrDeviceID   resourceapi.QualifiedName = "deviceId"
 )
 
-// refresh asks every config's plugin for its devices and publishes the
-// slice when what it offers changed. A plugin that fails keeps its last
-// answer, so a hanging or crashing plugin does not make devices flap; the
-// failure is logged once, and so is the recovery.
+// refresh asks every config's plugin for its devices (bridge.Refresh)
+// and publishes the slice when what it offers changed.
 func (d *driver) refresh(ctx context.Context) {
-	for i, conf := range d.confs {
-		devs, err := bridge.Devices(ctx, d.caller, conf)
-		d.mu.Lock()
-		wasFailing := d.failing[i]
-		d.failing[i] = err != nil
-		if err == nil {
-			d.answers[i] = devs
-		}
-		d.mu.Unlock()
-		switch {
-		case err != nil && !wasFailing:
-			d.log.Error("listing devices failed; keeping the last list", "config", conf.File, "err", err)
-		case err == nil && wasFailing:
-			d.log.Info("listing devices works again", "config", conf.File)
-		}
+	if !bridge.Refresh(ctx, d.caller, d.confs, &d.mu, d.answers, d.failing, d.log) {
+		return
 	}
 	claims, err := d.state.Read(ctx)
 	if err != nil {
@@ -143,26 +128,7 @@ func (d *driver) publish(ctx context.Context) error {
 	return nil
 }
 
-// pollNow asks the poll loop for an early poll.
-func (d *driver) pollNow() {
-	select {
-	case d.poke <- struct{}{}:
-	default:
-	}
-}
-
-// poll refreshes the devices every interval, and when poked, until ctx
-// ends.
+// poll refreshes the devices every interval until ctx ends.
 func (d *driver) poll(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-d.poke:
-		}
-		d.refresh(ctx)
-	}
+	bridge.Every(ctx, interval, nil, func() { d.refresh(ctx) })
 }

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
 	"github.com/cdi-exec/plugins/pkg/kubelet/claimstate"
 )
 
@@ -18,18 +19,11 @@ const scanTimeout = time.Minute
 
 // collectEvery runs a stale-claim scan every interval until ctx ends.
 func (d *driver) collectEvery(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	bridge.Every(ctx, interval, nil, func() {
 		sctx, cancel := context.WithTimeout(ctx, scanTimeout)
+		defer cancel()
 		d.collect(sctx, time.Now())
-		cancel()
-	}
+	})
 }
 
 // collect runs one scan at now over the claims this driver recorded, and
