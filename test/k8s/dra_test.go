@@ -37,8 +37,12 @@ const repoRoot = "../.."
 // image built from Containerfile and loaded into the node's containerd,
 // and deploy/ applied with kubectl, changed only where a test must not
 // touch the live node (the host directories of the plugins' stores, the
-// claim records and the CDI specs, which become private ones) and in
-// the tty config (only virtual consoles well above any in use). Then:
+// claim records and the CDI specs, which become private ones), in the tty
+// config (only virtual consoles well above any in use), and without
+// rolling updates: the kubelet's private root is 21 characters longer
+// than /var/lib/kubelet, and the registration socket it dials,
+// <root>/plugins_registry/<driver>-<pod UID>-reg.sock, would be longer
+// than a unix socket path can be. Then:
 //  1. the DaemonSet's pod runs the driver, and a ResourceSlice of the
 //     node's free ttys appears;
 //  2. the example pod, with a claim from the template for two ttys, runs
@@ -197,6 +201,7 @@ func (d *draRun) driverManifests(t *testing.T) []runtime.Object {
 					v.HostPath.Path = private[v.HostPath.Path]
 				}
 			}
+			noRollingUpdate(t, obj)
 		case *corev1.ConfigMap:
 			if _, ok := obj.Data["tty.conf"]; !ok {
 				t.Fatalf("the ConfigMap has no tty.conf: %v", obj.Data)
@@ -206,6 +211,18 @@ func (d *draRun) driverManifests(t *testing.T) []runtime.Object {
 		out = append(out, o.Obj)
 	}
 	return out
+}
+
+// noRollingUpdate drops --pod-uid and, as docs/kubernetes.md says for
+// drivers without it, the surge of the DaemonSet's updates.
+func noRollingUpdate(t *testing.T, ds *appsv1.DaemonSet) {
+	c := &ds.Spec.Template.Spec.Containers[0]
+	i := slices.Index(c.Args, "--pod-uid=$(POD_UID)")
+	if i < 0 {
+		t.Fatalf("the DaemonSet's args %q have no --pod-uid", c.Args)
+	}
+	c.Args = slices.Delete(c.Args, i, i+1)
+	ds.Spec.UpdateStrategy.RollingUpdate = nil
 }
 
 // exampleManifests are deploy/example/two-ttys.yaml, with the node's one

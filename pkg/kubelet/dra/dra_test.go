@@ -405,6 +405,23 @@ func TestRunRefusedWhileDevicePluginServes(t *testing.T) {
 	in.shutdown()
 }
 
+// TestSocketPathTooLong: a driver whose sockets the kernel could not bind
+// does not start.
+func TestSocketPathTooLong(t *testing.T) {
+	n := ttyNode(t)
+	opt := n.options()
+	opt.Types = []string{"tty"}
+	opt.Suffix = strings.Repeat("a", 40) + ".example.com"
+	opt.PodUID = uid(9)
+	p, err := New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "more than a unix socket can have") {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // TestRollingUpdate: two pods of the driver serve side by side; a claim
 // prepared by the old one is still prepared, and unprepared, by the new
 // one once the old one has gone.

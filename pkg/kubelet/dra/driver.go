@@ -75,6 +75,9 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 			return fmt.Errorf("driver %s: %w", d.name, err)
 		}
 	}
+	if err := checkSockets(d.name, dataDir, regDir, opt.PodUID); err != nil {
+		return err
+	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(d.name),
 		kubeletplugin.NodeName(d.node),
@@ -94,6 +97,27 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	d.helper = h
 	d.mu.Unlock()
 	return d.publish(ctx)
+}
+
+// maxSocketPath is the longest path a unix socket can have on Linux
+// (sun_path holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+// checkSockets refuses socket paths the kernel cannot bind or dial. With
+// a pod UID (rolling updates) the registration socket is
+// <regDir>/<driver>-<pod UID>-reg.sock, which leaves a driver name of at
+// most 27 characters under /var/lib/kubelet.
+func checkSockets(driver, dataDir, regDir, podUID string) error {
+	uid := ""
+	if podUID != "" {
+		uid = "-" + podUID
+	}
+	for _, p := range []string{filepath.Join(regDir, driver+uid+"-reg.sock"), filepath.Join(dataDir, "dra"+uid+".sock")} {
+		if len(p) > maxSocketPath {
+			return fmt.Errorf("driver %s: socket path %s is %d bytes long, more than a unix socket can have (%d): use a shorter --kubelet-dir, --driver-suffix or type", driver, p, len(p), maxSocketPath)
+		}
+	}
+	return nil
 }
 
 // stop stops the helper: the sockets go, so the kubelet stops calling.
