@@ -405,6 +405,28 @@ func TestRunRefusedWhileDevicePluginServes(t *testing.T) {
 	in.shutdown()
 }
 
+// TestDriverNames: every type becomes a driver whose name the API
+// accepts, or the plugin does not start.
+func TestDriverNames(t *testing.T) {
+	tests := []struct {
+		typ, suffix string
+		ok          bool
+	}{
+		{"tty", "cdi-exec.io", true},
+		{"GPU", "cdi-exec.io", false},
+		{"tty", strings.Repeat("a", 60) + ".io", false},
+	}
+	for _, tt := range tests {
+		n := newNode(t, host(), map[string]string{tt.typ + ".d/tty.conf": strings.Replace(ttyConf, `"type": "tty"`, `"type": "`+tt.typ+`"`, 1)})
+		opt := n.options()
+		opt.Suffix = tt.suffix
+		_, err := New(opt)
+		if (err == nil) != tt.ok || err != nil && !strings.Contains(err.Error(), "driver name") {
+			t.Errorf("type %q, suffix %q: New: %v", tt.typ, tt.suffix, err)
+		}
+	}
+}
+
 // TestSocketPathTooLong: a driver whose sockets the kernel could not bind
 // does not start.
 func TestSocketPathTooLong(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -54,6 +55,9 @@ type driver struct {
 
 func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) {
 	name := typ + "." + opt.Suffix
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || len(name) > resourceapi.DriverNameMaxLength {
+		return nil, fmt.Errorf("resource type %q: the driver name %q is not a DNS subdomain of at most %d characters (%v)", typ, name, resourceapi.DriverNameMaxLength, errs)
+	}
 	st, err := claimstate.Open(opt.StateDir, name)
 	if err != nil {
 		return nil, err
