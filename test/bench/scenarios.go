@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
@@ -37,7 +37,7 @@ type node struct {
 // env is the protocol environment of a command on the node, with its own
 // state directory.
 func (n node) env(state string, extra ...string) []string {
-	return append([]string{"CDI_HOST_ROOT=" + n.root, "CDI_STATE_DIR=" + n.state(state), "CDI_VERSION=" + skel.Latest}, extra...)
+	return append([]string{"CDI_HOST_ROOT=" + n.root, "CDI_STATE_DIR=" + n.state(state), "CDI_VERSION=" + protocol.Latest}, extra...)
 }
 
 func (n node) state(name string) string { return filepath.Join(n.work, "state", name) }
