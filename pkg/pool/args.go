@@ -17,7 +17,10 @@ func Args(c protocol.Config, dst any) (*cdispec.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return spec, c.DecodeArgs(dst)
+	if err := c.DecodeArgs(dst); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }
 
 // takeSpec removes cdi_spec from c's args and parses it.
