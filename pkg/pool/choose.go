@@ -51,16 +51,16 @@ func byCount(locality []int, strict bool) picker {
 
 // allocate chooses the devices of one request item and sets them up: the
 // Handout hook when the plugin has one, else each device's own nodes,
-// resolved now. It returns the allocation to record.
-func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, free func(string) bool) (store.Allocation, error) {
-	chosen, err := a.pick(item, devs, free)
+// checked live now. It returns the allocation to record.
+func (a *adder) allocate(ctx context.Context, item abnf.Item, free func(string) bool) (store.Allocation, error) {
+	chosen, nodes, err := a.choose(ctx, item, free)
 	if err != nil {
 		return store.Allocation{}, err
 	}
 	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
 	if a.pool.Handout == nil {
-		for _, d := range chosen {
-			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: d.NUMA})
+		for j, d := range chosen {
+			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: nodes[j], NUMA: d.NUMA})
 		}
 		return al, nil
 	}
@@ -76,4 +76,40 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, fre
 		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: d.NUMA})
 	}
 	return al, nil
+}
+
+// choose picks the devices of one request item and, unless a Handout hook
+// makes the nodes, checks each live (Device.Resolve) and returns its
+// nodes. Discovery may have answered from a cache, so the first device
+// that fails its check makes ADD discover again, reading the host, and
+// choose again among what it found; a device that fails after that is
+// left out and the choice made once more. A node is thus handed out only
+// after it was checked live (docs/performance.md#discovery-cache).
+func (a *adder) choose(ctx context.Context, item abnf.Item, free func(string) bool) ([]Device, [][]string, error) {
+	bad := map[string]bool{}
+	usable := func(key string) bool { return !bad[key] && free(key) }
+	for {
+		chosen, err := a.pick(item, a.devs, usable)
+		if err != nil || a.pool.Handout != nil {
+			return chosen, nil, err
+		}
+		nodes := make([][]string, len(chosen))
+		failed := false
+		for j, d := range chosen {
+			if nodes[j], err = d.nodes(); err != nil {
+				a.call.Warnf("not handing out %s: %v", d.Key, err)
+				bad[d.Key], failed = true, true
+			}
+		}
+		if !failed {
+			return chosen, nodes, nil
+		}
+		if !a.rescanned {
+			a.rescanned = true
+			clear(bad)
+			if err := a.discover(ctx, true); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
 }

@@ -34,18 +34,20 @@ type Device struct {
 	Index int      // preference order; lower first
 	NUMA  int      // NUMA node or alloc.Unknown
 	Nodes []string // container-facing device node paths, in handout order
-	// Resolve, when set, returns the final node paths of a device that is
-	// being handed out; discovery checks nodes by their conventional names
-	// and leaves the per-device reads to the few devices chosen.
-	Resolve func() []string
+	// Resolve, when set, checks a device that is being handed out live
+	// and returns its final node paths; discovery (or a cache) gives
+	// nodes by their conventional names and leaves the per-device reads
+	// to the few devices chosen. An error means the device must not be
+	// handed out: ADD then discovers again and chooses again.
+	Resolve func() ([]string, error)
 }
 
 // nodes returns the device's final node paths.
-func (d Device) nodes() []string {
+func (d Device) nodes() ([]string, error) {
 	if d.Resolve != nil {
 		return d.Resolve()
 	}
-	return d.Nodes
+	return d.Nodes, nil
 }
 
 // Pool runs the exclusive-allocation commands for one plugin. It implements
@@ -62,6 +64,9 @@ type Pool struct {
 	Strict bool
 	// Discover returns the usable devices present now, in any order.
 	Discover func(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error)
+	// Capacity, when set, answers INFO instead of counting what Discover
+	// returns: the number of usable devices, without building them.
+	Capacity func(ctx context.Context, c *skel.Call) (int, error)
 
 	// Hooks for plugins that set devices up (sriov); all optional.
 
@@ -95,6 +100,9 @@ type Scan struct {
 	// RequestID is the request an ADD serves: its own devices are scanned,
 	// so that a replay reports their current names.
 	RequestID string
+	// Rescan asks for the host to be read again rather than a cache:
+	// a device chosen from the last answer failed its live check.
+	Rescan bool
 }
 
 // Held reports whether any request holds key.
@@ -133,6 +141,13 @@ func StrictNUMA(policy string) (bool, error) {
 
 // Info counts the usable devices: the node's allocatable capacity.
 func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
+	if p.Capacity != nil {
+		n, err := p.Capacity(ctx, c)
+		if err != nil {
+			return nil, discoveryError(c, err)
+		}
+		return map[string]int{c.Config.Type: n}, nil
+	}
 	devs, err := p.discover(ctx, c, Scan{})
 	if err != nil {
 		return nil, err

@@ -59,7 +59,7 @@ func (h *host) discover(_ context.Context, _ *skel.Call, scan Scan) ([]Device, e
 			continue
 		}
 		if n, ok := h.names[d.Key]; ok {
-			d.Resolve = func() []string { return n }
+			d.Resolve = func() ([]string, error) { return n, nil }
 		}
 		out = append(out, d)
 	}

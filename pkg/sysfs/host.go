@@ -7,10 +7,13 @@ package sysfs
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Host is a view of a machine's /sys and /dev below Root. It remembers the
@@ -28,6 +31,16 @@ func NewHost(root string) *Host {
 // Sys returns the host path of a sysfs path given relative to /sys.
 func (h *Host) Sys(rel ...string) string {
 	return filepath.Join(append([]string{h.Root, "sys"}, rel...)...)
+}
+
+// Proc returns the host path of a procfs path given relative to /proc.
+func (h *Host) Proc(rel string) string {
+	return filepath.Join(h.Root, "proc", rel)
+}
+
+// Path returns the host path of a path as the host sees it ("/sys/...").
+func (h *Host) Path(p string) string {
+	return filepath.Join(h.Root, p)
 }
 
 // Dev returns the host path of a /dev entry given relative to /dev.
@@ -96,19 +109,46 @@ func (h *Host) NodeExists(devname string) bool {
 	return names[base]
 }
 
-// ResolveNode returns the container-facing path ("/dev/...", without the
-// root) of the node of a sysfs device directory. The kernel's own name for
-// the node is in uevent's DEVNAME; conventional is what devtmpfs calls it by
-// default (for example "dri/card0"), used when uevent has no DEVNAME or its
-// node does not exist. Callers check the conventional node first with
-// NodeExists, so discovery needs no per-device reads and only the devices
-// actually handed out pay for reading uevent.
-func (h *Host) ResolveNode(sysDir, conventional string) string {
-	name, err := DevName(sysDir)
-	if err == nil && name != "" && name != conventional && h.NodeExists(name) {
-		return "/dev/" + name
+// CheckNode checks that /dev/<devname> is a character device whose
+// major:minor is the one in the dev attribute of the sysfs device directory
+// sysDir. Anything else (a dangling or live symbolic link, a regular file,
+// another device planted under the name) is an error saying what it is.
+func (h *Host) CheckNode(devname, sysDir string) error {
+	var st unix.Stat_t
+	p := h.Dev(devname)
+	if err := unix.Lstat(p, &st); err != nil {
+		return &os.PathError{Op: "lstat", Path: p, Err: err}
 	}
-	return "/dev/" + conventional
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("/dev/%s is not a character device (mode %#o)", devname, st.Mode&unix.S_IFMT)
+	}
+	want, err := ReadAttr(filepath.Join(sysDir, "dev"))
+	if err != nil {
+		return err
+	}
+	if got := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)); got != want {
+		return fmt.Errorf("/dev/%s is device %s, but sysfs says %s", devname, got, want)
+	}
+	return nil
+}
+
+// ResolveNode returns the container-facing path ("/dev/...", without the
+// root) of the node of a sysfs device directory, checked with CheckNode.
+// The kernel's own name for the node is in uevent's DEVNAME; conventional is
+// what devtmpfs calls it by default (for example "dri/card0"), used when
+// uevent has no DEVNAME or its node does not pass the check. Callers check
+// the conventional node first with NodeExists, so discovery needs no
+// per-device reads and only the devices actually handed out pay for
+// reading uevent and dev and for the stat.
+func (h *Host) ResolveNode(sysDir, conventional string) (string, error) {
+	name, err := DevName(sysDir)
+	if err == nil && name != "" && name != conventional && h.NodeExists(name) && h.CheckNode(name, sysDir) == nil {
+		return "/dev/" + name, nil
+	}
+	if err := h.CheckNode(conventional, sysDir); err != nil {
+		return "", err
+	}
+	return "/dev/" + conventional, nil
 }
 
 // Index returns the decimal number that follows prefix in name, for names

@@ -2,6 +2,7 @@ package sysfs
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"strconv"
 
@@ -59,39 +60,56 @@ type dirent struct {
 // readDirTypes lists a directory with the entry types the file system
 // reports, without a stat per entry.
 func readDirTypes(path string) ([]dirent, error) {
+	var out []dirent
+	err := ListDir(path, func(name []byte, _ uint64, typ uint8) {
+		out = append(out, dirent{name: string(name), dir: typ == unix.DT_DIR})
+	})
+	return out, err
+}
+
+// ListDir calls fn for every entry of a directory (without "." and ".."),
+// in the order the file system lists them, with its inode number and the
+// type it reports (unix.DT_*). name is only valid during the call. The
+// directory is read with getdents64 into one buffer: no stat, no
+// allocation per entry.
+func ListDir(path string, fn func(name []byte, ino uint64, typ uint8)) error {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	var out []dirent
-	buf := make([]byte, 16<<10)
+	var buf [8 << 10]byte
 	for {
-		n, err := unix.ReadDirent(fd, buf)
+		n, err := unix.ReadDirent(fd, buf[:])
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, &os.PathError{Op: "readdirent", Path: path, Err: err}
+			return &os.PathError{Op: "readdirent", Path: path, Err: err}
 		}
 		if n <= 0 {
-			return out, nil
+			return nil
 		}
-		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
-		for b := buf[:n]; len(b) >= 19; {
-			reclen := int(b[16]) | int(b[17])<<8
-			if reclen < 19 || reclen > len(b) {
-				break
-			}
-			name := b[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if s := string(name); s != "." && s != ".." {
-				out = append(out, dirent{name: s, dir: b[18] == unix.DT_DIR})
-			}
-			b = b[reclen:]
+		eachDirent(buf[:n], fn)
+	}
+}
+
+// eachDirent walks the records of a getdents64 buffer: struct
+// linux_dirent64 is ino u64, off s64, reclen u16, type u8, then the name.
+func eachDirent(b []byte, fn func(name []byte, ino uint64, typ uint8)) {
+	for len(b) >= 19 {
+		reclen := int(b[16]) | int(b[17])<<8
+		if reclen < 19 || reclen > len(b) {
+			return
 		}
+		name := b[19:reclen]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		if !(len(name) == 1 && name[0] == '.' || len(name) == 2 && name[0] == '.' && name[1] == '.') {
+			fn(name, binary.LittleEndian.Uint64(b[0:8]), b[18])
+		}
+		b = b[reclen:]
 	}
 }
 

@@ -29,7 +29,8 @@ func (h *Host) TTYs(prefix string) ([]TTY, error) {
 // Usable reports whether the tty's /dev node exists.
 func (h *Host) Usable(t TTY) bool { return h.NodeExists(t.Name) }
 
-// TTYNode resolves the /dev node of a tty from its uevent.
-func (h *Host) TTYNode(t TTY) string {
+// TTYNode resolves the /dev node of a tty from its uevent, checked with
+// CheckNode.
+func (h *Host) TTYNode(t TTY) (string, error) {
 	return h.ResolveNode(h.Sys("class", "tty", t.Name), t.Name)
 }

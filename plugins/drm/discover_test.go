@@ -4,8 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/cdi-exec/plugins/pkg/pool"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
+		"github.com/cdi-exec/plugins/pkg/sysfs"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
@@ -24,15 +23,37 @@ func benchHost(b *testing.B, count int) *sysfs.Host {
 	return sysfs.NewHost(root)
 }
 
-func BenchmarkInventory(b *testing.B) {
+// BenchmarkScan is discovery on a cache miss: every device read from the
+// host.
+func BenchmarkScan(b *testing.B) {
 	for _, n := range []int{8, 256} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			root := benchHost(b, n).Root
+			for b.Loop() {
+				facts, err := scan(sysfs.NewHost(root), false)
+				if err != nil || len(facts) != n {
+					b.Fatal(err, len(facts))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCount is INFO's work on a cache hit: decoding the cached facts
+// and judging them.
+func BenchmarkCount(b *testing.B) {
+	for _, n := range []int{64, 1024} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			facts, err := scan(benchHost(b, n), true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			enc := encodeFacts(facts, true)
 			f, _, _ := args{}.validate()
 			for b.Loop() {
-				gpus, err := inventory(sysfs.NewHost(root), f, pool.Scan{})
-				if err != nil || len(gpus) != n {
-					b.Fatal(err, len(gpus))
+				facts, _, err := decodeFacts(enc)
+				if err != nil || count(facts, f) != n {
+					b.Fatal(err)
 				}
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/cdi-exec/plugins/pkg/cache"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
@@ -27,6 +28,7 @@ type args struct {
 // filter is the validated form of args.
 type filter struct {
 	want    []string        // node kinds, in handout order
+	wants   [3]bool         // by minor kind
 	vendors map[string]bool // lower-case "0x...."; nil for any
 	devices map[string]bool
 	addrs   map[string]bool // nil for any (VFs then excluded)
@@ -42,8 +44,9 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory}
+	h := sysfs.NewHost(c.Env.HostRoot)
+	p := &plugin{host: h, filter: f, cache: newCache(c.Env.StateDir, h)}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Capacity: p.capacity, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -63,6 +66,9 @@ func (a args) validate() (filter, bool, error) {
 			return f, false, fmt.Errorf("want_device_nodes: %q listed twice", k)
 		}
 	}
+	for _, k := range f.want {
+		f.wants[kindOf(k)] = true
+	}
 	var err error
 	if f.vendors, err = sysfs.IDSet("vendorid_whitelist", a.VendorIDWhitelist); err != nil {
 		return f, false, err
@@ -81,37 +87,53 @@ type plugin struct {
 	pool.Pool
 	host   *sysfs.Host
 	filter filter
+	cache  *cache.Cache
 }
 
+// discover returns the usable devices, from the cache when it is fresh.
+// Each carries a Resolve that checks it live before it is handed out.
 func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
-	gpus, err := inventory(p.host, p.filter, scan)
+	facts, err := p.facts(true, scan.Rescan)
 	if err != nil {
 		return nil, err
 	}
 	var out []pool.Device
-	for _, g := range gpus {
+	for _, g := range judge(facts, p.filter) {
 		if g.Reason == "" {
+			g.Device.Resolve = p.resolver(g)
 			out = append(out, g.Device)
 		}
 	}
 	return out, nil
 }
 
+// capacity answers INFO: the usable devices, counted from the facts.
+func (p *plugin) capacity(context.Context, *skel.Call) (int, error) {
+	facts, err := p.facts(p.filter.vendors != nil || p.filter.devices != nil, false)
+	if err != nil {
+		return 0, err
+	}
+	return count(facts, p.filter), nil
+}
+
 func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
-	gpus, err := inventory(p.host, p.filter, pool.Scan{NUMA: true})
+	facts, err := p.facts(true, false)
 	if err != nil {
 		return nil, err
 	}
+	gpus := judge(facts, p.filter)
 	out := make([]protocol.DeviceInfo, len(gpus))
 	for i, g := range gpus {
 		nodes := g.Device.Nodes
 		if g.Reason != "" {
-			nodes = g.minors // what the device has, for people to see
+			nodes = make([]string, len(g.minors)) // what the device has, for people to see
+			for j, m := range g.minors {
+				nodes[j] = "/dev/dri/" + m.name()
+			}
 		}
 		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
-		if sysfs.IsPCIAddr(g.Device.Key) {
-			out[i].VendorID = lower(sysfs.ReadAttr(g.dir + "/vendor"))
-			out[i].DeviceID = lower(sysfs.ReadAttr(g.dir + "/device"))
+		if g.fact.flags&isPCI != 0 {
+			out[i].VendorID, out[i].DeviceID = g.fact.vendor, g.fact.device
 		}
 	}
 	return out, nil

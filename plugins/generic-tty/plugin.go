@@ -92,7 +92,10 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 		}
 		devs = append(devs, pool.Device{
 			Key: t.Name, Index: t.Index, NUMA: alloc.Unknown, Nodes: []string{"/dev/" + t.Name},
-			Resolve: func() []string { return []string{p.host.TTYNode(t)} },
+			Resolve: func() ([]string, error) {
+				node, err := p.host.TTYNode(t)
+				return []string{node}, err
+			},
 		})
 	}
 	return devs, nil
@@ -118,8 +121,13 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		case !p.host.Usable(t):
 			d.Reason = "no /dev node"
 		default:
+			node, err := p.host.TTYNode(t)
+			if err != nil {
+				d.Reason = err.Error()
+				break
+			}
 			d.Usable = true
-			d.Nodes = []string{p.host.TTYNode(t)}
+			d.Nodes = []string{node}
 		}
 		out = append(out, d)
 	}

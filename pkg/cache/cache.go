@@ -1,0 +1,296 @@
+// Package cache keeps a plugin's derived discovery facts between
+// invocations, in one file beside its store (<plugin>.cache in the state
+// directory), and decides whether they still describe the host.
+//
+// The facts are opaque bytes to this package; the plugin encodes them and
+// filters them per config. A file is only ever replaced whole (written
+// under a temporary name and renamed), carries a checksum, and is rebuilt
+// when it is missing, stale or corrupt. It is never the store, and never
+// the only basis for handing a device out: a plugin checks the devices it
+// chose live before it commits (docs/performance.md#discovery-cache).
+//
+// Staleness is judged from what the kernel changes when devices come and
+// go (Stamp): the boot, the uevent sequence number, the modification time
+// of devtmpfs directories, and, when those moved, the names and inode
+// numbers of the directories that list the devices.
+package cache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Watch says where a host shows its devices. Paths are host paths (under
+// the host root).
+type Watch struct {
+	// Boot is the kernel's boot id (proc/sys/kernel/random/boot_id). A
+	// host without one is never cached: across a reboot nothing else
+	// can be trusted.
+	Boot string
+	// Seqnum is the kernel's uevent sequence number
+	// (sys/kernel/uevent_seqnum); a host without one always takes the
+	// listing check.
+	Seqnum string
+	// Sys are sysfs directories whose entries (names and inode numbers)
+	// are compared when the sequence number moved.
+	Sys []string
+	// Dev are devtmpfs directories whose modification time is compared
+	// every time, and whose entries are compared when it moved.
+	Dev []string
+}
+
+// Cache is one plugin's cache file.
+type Cache struct {
+	dir   string // state directory
+	name  string // file name, <plugin>.cache
+	key   string // what the facts depend on besides the host's state
+	watch Watch
+}
+
+// New returns the cache of plugin in stateDir. key names everything the
+// facts depend on that the Watch does not cover (the format of the facts,
+// the host root): a file with another key is stale.
+func New(stateDir, plugin, key string, w Watch) *Cache {
+	return &Cache{dir: stateDir, name: plugin + ".cache", key: key, watch: w}
+}
+
+// Path is the cache file.
+func (c *Cache) Path() string { return c.dir + "/" + c.name }
+
+// Load returns the cached facts when they still describe the host. When
+// they do not (or there are none), it returns nil facts and the stamp to
+// save freshly scanned facts with: it was taken now, before the caller
+// scans, so that a change during the scan is seen by the next Load. A
+// stamp of a host that cannot be cached is nil.
+//
+// When the facts are still valid but the stamp moved (the sequence number
+// changed for devices the watch does not list), the file is rewritten
+// with the new stamp, so that the next Load is quick again.
+func (c *Cache) Load() ([]byte, *Stamp) {
+	now, ok := c.quick()
+	if !ok {
+		return nil, nil
+	}
+	file, err := c.read()
+	if err != nil {
+		return nil, c.listed(now)
+	}
+	old, facts, err := c.decode(file)
+	if err != nil {
+		return nil, c.listed(now)
+	}
+	if now.same(old) {
+		return facts, nil
+	}
+	if now.boot != old.boot {
+		return nil, c.listed(now)
+	}
+	// The sequence number or a /dev directory moved: compare listings.
+	now = c.listed(now)
+	if now == nil || !now.sameLists(old) {
+		return nil, now
+	}
+	_ = c.Save(now, facts)
+	return facts, nil
+}
+
+// Begin returns a stamp taken now, to save facts scanned after it with;
+// nil when the host cannot be cached.
+func (c *Cache) Begin() *Stamp {
+	now, ok := c.quick()
+	if !ok {
+		return nil
+	}
+	return c.listed(now)
+}
+
+// read reads the cache file: a regular file of ours, never through a link.
+func (c *Cache) read() ([]byte, error) {
+	fd, err := unix.Open(c.Path(), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 || st.Size > maxSize {
+		return nil, errors.New("not a cache file of ours")
+	}
+	buf := make([]byte, st.Size)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf[:n], nil
+}
+
+// maxSize bounds a cache file; facts of thousands of devices take tens of
+// KiB.
+const maxSize = 16 << 20
+
+// Save replaces the cache file with facts under stamp st, atomically. A
+// nil stamp (a host that cannot be cached) or a state directory that does
+// not exist saves nothing. The file is not synced: after a crash it is at
+// worst empty or torn, which its checksum catches, and it is rebuilt.
+func (c *Cache) Save(st *Stamp, facts []byte) error {
+	if st == nil {
+		return nil
+	}
+	b := c.encode(st, facts)
+	tmp := c.Path() + ".tmp-" + strconv.Itoa(os.Getpid())
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := writeAll(fd, b); err != nil {
+		unix.Close(fd)
+		unix.Unlink(tmp)
+		return err
+	}
+	if err := unix.Close(fd); err != nil {
+		unix.Unlink(tmp)
+		return err
+	}
+	if err := unix.Rename(tmp, c.Path()); err != nil {
+		unix.Unlink(tmp)
+		return err
+	}
+	return nil
+}
+
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// The file: magic, then the CRC-32C of the rest, then the rest: format
+// version, key, stamp, facts.
+const (
+	magic   = "CDIcache"
+	version = 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func (c *Cache) encode(st *Stamp, facts []byte) []byte {
+	b := make([]byte, 0, 128+len(facts))
+	b = append(b, magic...)
+	b = append(b, 0, 0, 0, 0) // CRC, below
+	b = binary.AppendUvarint(b, version)
+	b = appendString(b, c.key)
+	b = st.append(b)
+	b = append(b, facts...)
+	binary.LittleEndian.PutUint32(b[len(magic):], crc32.Checksum(b[len(magic)+4:], castagnoli))
+	return b
+}
+
+// decode checks a file and splits it into its stamp and facts.
+func (c *Cache) decode(b []byte) (*Stamp, []byte, error) {
+	if len(b) < len(magic)+4 || string(b[:len(magic)]) != magic {
+		return nil, nil, errors.New("not a cache file")
+	}
+	sum := binary.LittleEndian.Uint32(b[len(magic):])
+	r := reader{b: b[len(magic)+4:]}
+	if crc32.Checksum(r.b, castagnoli) != sum {
+		return nil, nil, errors.New("checksum mismatch")
+	}
+	if r.uvarint() != version || r.string() != c.key {
+		return nil, nil, errors.New("another format or host")
+	}
+	st := r.stamp()
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	return st, r.b, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// reader decodes the file; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) u64() uint64 {
+	if len(r.b) < 8 {
+		r.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) string() string {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail()
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = errors.New("truncated cache file")
+	}
+	r.b = nil
+}
+
+// String describes the cache for messages.
+func (c *Cache) String() string { return fmt.Sprintf("discovery cache %s", c.Path()) }
+
+// trimID reads a one-line kernel attribute such as boot_id.
+func trimID(b []byte) string { return strings.TrimSpace(string(bytes.TrimRight(b, "\x00"))) }
+
+// racy is how close to the present a directory's modification time must
+// be for it not to prove that nothing changed since: file system times
+// come from a coarse clock, so a change in the same tick as the stamp
+// could leave the time as it was.
+const racy = time.Second

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/cdi-exec/plugins/pkg/cache"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+// factsVersion names the meaning of the cached facts; change it whenever
+// scan learns something new or differently, so that older files are
+// rebuilt.
+const factsVersion = "drm facts 1"
+
+// newCache returns the plugin's discovery cache for a host.
+func newCache(stateDir string, h *sysfs.Host) *cache.Cache {
+	return cache.New(stateDir, name, factsVersion+"\x00"+h.Root, cache.Watch{
+		Boot:   h.Proc("sys/kernel/random/boot_id"),
+		Seqnum: h.Sys("kernel", "uevent_seqnum"),
+		Sys:    []string{h.Sys("class", "drm"), h.Sys("bus", "pci", "devices")},
+		Dev:    []string{h.Dev("dri")},
+	})
+}
+
+// facts returns the facts of every DRM device: from the cache while it is
+// fresh, else scanned and cached. full asks for PCI ids and NUMA nodes
+// too; rescan ignores the cache (a device chosen from it failed its live
+// check).
+func (p *plugin) facts(full, rescan bool) ([]fact, error) {
+	var st *cache.Stamp
+	if rescan {
+		p.host = sysfs.NewHost(p.host.Root) // forget what it listed
+		st = p.cache.Begin()
+	} else {
+		b, stamp := p.cache.Load()
+		if b != nil {
+			facts, isFull, err := decodeFacts(b)
+			if err == nil && (isFull || !full) {
+				return facts, nil
+			}
+			stamp = p.cache.Begin()
+		}
+		st = stamp
+	}
+	facts, err := scan(p.host, full)
+	if err != nil {
+		return nil, err
+	}
+	_ = p.cache.Save(st, encodeFacts(facts, full)) // a cache that cannot be written only costs time
+	return facts, nil
+}
+
+// resolver returns the live check of a device about to be handed out:
+// each of its nodes' class entry still leads to the device directory the
+// facts name, and the node in /dev is the character device sysfs
+// describes (under uevent's DEVNAME when it has one). It returns the
+// nodes to hand out.
+func (p *plugin) resolver(g gpu) func() ([]string, error) {
+	h, sys, minors := p.host, g.fact.sys, g.minors
+	return func() ([]string, error) {
+		dir := h.Path(sys)
+		var nodes []string
+		for _, kind := range p.filter.want {
+			k := kindOf(kind)
+			for _, m := range minors {
+				if m.kind != k || !m.inDev {
+					continue
+				}
+				node, err := liveNode(h, dir, m.name())
+				if err != nil {
+					return nil, err
+				}
+				nodes = append(nodes, node)
+				break
+			}
+		}
+		return nodes, nil
+	}
+}
+
+// liveNode checks one minor of the device directory dir.
+func liveNode(h *sysfs.Host, dir, name string) (string, error) {
+	got, err := h.DRMMinorDevice(name)
+	if err != nil {
+		return "", err
+	}
+	if got != dir {
+		return "", fmt.Errorf("/sys/class/drm/%s now belongs to %s, not %s", name, h.SysPath(got), h.SysPath(dir))
+	}
+	return h.ResolveNode(dir+"/drm/"+name, "dri/"+name)
+}
