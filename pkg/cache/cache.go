@@ -20,7 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"math/bits"
 	"os"
 	"strconv"
 	"strings"
@@ -193,35 +193,33 @@ func writeAll(fd int, b []byte) error {
 	return nil
 }
 
-// The file: magic, then the CRC-32C of the rest, then the rest: format
-// version, key, stamp, facts.
+// The file: magic, then a checksum of the rest (sum), then the rest:
+// format version, key, stamp, facts.
 const (
 	magic   = "CDIcache"
 	version = 1
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 func (c *Cache) encode(st *Stamp, facts []byte) []byte {
 	b := make([]byte, 0, 128+len(facts))
 	b = append(b, magic...)
-	b = append(b, 0, 0, 0, 0) // CRC, below
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // checksum, below
 	b = binary.AppendUvarint(b, version)
 	b = appendString(b, c.key)
 	b = st.append(b)
 	b = append(b, facts...)
-	binary.LittleEndian.PutUint32(b[len(magic):], crc32.Checksum(b[len(magic)+4:], castagnoli))
+	binary.LittleEndian.PutUint64(b[len(magic):], sum(b[len(magic)+8:]))
 	return b
 }
 
 // decode checks a file and splits it into its stamp and facts.
 func (c *Cache) decode(b []byte) (*Stamp, []byte, error) {
-	if len(b) < len(magic)+4 || string(b[:len(magic)]) != magic {
+	if len(b) < len(magic)+8 || string(b[:len(magic)]) != magic {
 		return nil, nil, errors.New("not a cache file")
 	}
-	sum := binary.LittleEndian.Uint32(b[len(magic):])
-	r := reader{b: b[len(magic)+4:]}
-	if crc32.Checksum(r.b, castagnoli) != sum {
+	want := binary.LittleEndian.Uint64(b[len(magic):])
+	r := reader{b: b[len(magic)+8:]}
+	if sum(r.b) != want {
 		return nil, nil, errors.New("checksum mismatch")
 	}
 	if r.uvarint() != version || r.string() != c.key {
@@ -285,6 +283,23 @@ func (r *reader) fail() {
 
 // String describes the cache for messages.
 func (c *Cache) String() string { return fmt.Sprintf("discovery cache %s", c.Path()) }
+
+// sum is a 64-bit checksum that catches a torn or garbled file: eight
+// bytes at a time, multiply and rotate, no tables (hash/crc32 builds its
+// tables at start-up, which costs a fresh process more than it saves).
+func sum(b []byte) uint64 {
+	const p1, p2 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F
+	h := uint64(len(b)) * p1
+	for ; len(b) >= 8; b = b[8:] {
+		h = bits.RotateLeft64(h^binary.LittleEndian.Uint64(b)*p2, 31) * p1
+	}
+	for _, c := range b {
+		h = bits.RotateLeft64(h^uint64(c)*p2, 11) * p1
+	}
+	h ^= h >> 29
+	h *= p2
+	return h ^ h>>32
+}
 
 // trimID reads a one-line kernel attribute such as boot_id.
 func trimID(b []byte) string { return strings.TrimSpace(string(bytes.TrimRight(b, "\x00"))) }

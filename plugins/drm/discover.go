@@ -44,47 +44,63 @@ func judge(facts []fact, f filter) []gpu {
 	return out
 }
 
-// count is judge for INFO: how many devices are usable, without building
-// them.
-func count(facts []fact, f filter) int {
-	var buf [8]minor
-	n := 0
-	for i := range facts {
-		ft := &facts[i]
-		minors := f.appendWanted(buf[:0], ft.minors)
-		if len(minors) == 0 || f.check(ft, ft.key()) != "" {
-			continue
+// count is judge for INFO: how many devices the encoded facts (the cache)
+// hold that the config would hand out. It reads them in place, building
+// nothing: on a large host this is most of INFO's work.
+func count(enc []byte, f filter) (int, error) {
+	d := decoder{b: enc}
+	d.byte() // full or not: INFO needs no more than the scan always reads
+	n, usable := d.count(), 0
+	for range n {
+		sys, flags, vendor, device := d.bytes(), d.byte(), d.bytes(), d.bytes()
+		d.uvarint()   // NUMA node
+		node := false // a wanted node is in /dev
+		for range d.count() {
+			m := d.minor()
+			node = node || f.wants[m.kind] && m.inDev
 		}
-		for _, m := range minors {
-			if m.inDev {
-				n++
-				break
-			}
+		if d.bad {
+			return 0, errFacts
+		}
+		if node && reason(f, flags, keyOf(sys, flags), vendor, device) == "" {
+			usable++
 		}
 	}
-	return n
+	if d.bad || len(d.b) != 0 {
+		return 0, errFacts
+	}
+	return usable, nil
 }
 
 // check returns why the config will not hand the device out, or "" (its
-// nodes aside). The order of the tests decides the reason given.
+// nodes aside).
 func (f filter) check(ft *fact, key string) string {
-	pci := ft.flags&isPCI != 0
+	return reason(f, ft.flags, key, ft.vendor, ft.device)
+}
+
+// text is what facts are read as: strings once decoded, bytes in place.
+type text interface{ ~string | ~[]byte }
+
+// reason is the rule behind check and count. The order of the tests
+// decides the reason given.
+func reason[T text](f filter, flags uint8, key, vendor, device T) string {
+	pci := flags&isPCI != 0
 	switch {
-	case f.addrs != nil && !f.addrs[key]:
+	case f.addrs != nil && !f.addrs[string(key)]:
 		return "not in pci_addresses"
 	case !pci && (f.vendors != nil || f.devices != nil):
 		return "not a PCI device (id whitelist set)"
-	case ft.flags&gone != 0:
+	case flags&gone != 0:
 		return "device directory missing (dangling class link)"
 	case !pci:
 		return ""
-	case f.vendors != nil && !f.vendors[ft.vendor]:
+	case f.vendors != nil && !f.vendors[string(vendor)]:
 		return "vendor not in vendorid_whitelist"
-	case f.devices != nil && !f.devices[ft.device]:
+	case f.devices != nil && !f.devices[string(device)]:
 		return "device not in deviceid_whitelist"
-	case f.addrs == nil && ft.flags&isVF != 0:
+	case f.addrs == nil && flags&isVF != 0:
 		return "SR-IOV VF (handed out only when pci_addresses names it)"
-	case ft.flags&hasVFs != 0:
+	case flags&hasVFs != 0:
 		return "SR-IOV PF with active VFs"
 	}
 	return ""

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
@@ -64,11 +63,21 @@ func (m minor) name() string { return kindPrefixes[m.kind] + strconv.Itoa(m.inde
 
 // key is the device's stable identity: its PCI address, or for a platform
 // device its sysfs path.
-func (f *fact) key() string {
-	if f.flags&isPCI != 0 {
-		return strings.ToLower(f.sys[strings.LastIndexByte(f.sys, '/')+1:])
+func (f *fact) key() string { return keyOf(f.sys, f.flags) }
+
+// keyOf is key for a device directory read as a string or in place. The
+// kernel writes PCI addresses in lower case, which the check of a PCI
+// address asks for, so the base name is the key as it is.
+func keyOf[T text](sys T, flags uint8) T {
+	if flags&isPCI == 0 {
+		return sys
 	}
-	return f.sys
+	for i := len(sys) - 1; i >= 0; i-- {
+		if sys[i] == '/' {
+			return sys[i+1:]
+		}
+	}
+	return sys
 }
 
 // scan reads the facts of every DRM device from the host. Without full it
@@ -166,66 +175,61 @@ var errFacts = errors.New("malformed facts")
 // one copy of b, and every minor lives in one array: a handful of
 // allocations however many devices there are.
 func decodeFacts(b []byte) ([]fact, bool, error) {
-	d := decoder{s: string(b)}
+	all := string(b)
+	d := decoder{b: b}
+	str := func() string {
+		v := d.bytes()
+		off := len(b) - len(d.b) - len(v)
+		return all[off : off+len(v)]
+	}
 	full := d.byte() == factsFull
 	n := d.count()
 	facts := make([]fact, 0, n)
-	var minors []minor
+	minors := make([]minor, 0, 2*n) // most devices have a card and a render node
 	for range n {
-		f := fact{sys: d.string(), flags: d.byte(), vendor: d.string(), device: d.string(), numa: d.int() - 1}
+		f := fact{sys: str(), flags: d.byte(), vendor: str(), device: str(), numa: d.int() - 1}
 		k := d.count()
 		start := len(minors)
 		for range k {
-			kind := d.byte()
-			minors = append(minors, minor{kind: kind &^ inDevBit, index: d.int(), inDev: kind&inDevBit != 0})
+			minors = append(minors, d.minor())
 		}
 		f.minors = minors[start:len(minors):len(minors)]
 		if d.bad || f.sys == "" || f.numa < -1 {
 			return nil, false, errFacts
 		}
-		for _, m := range f.minors {
-			if m.kind > kindControl {
-				return nil, false, errFacts
-			}
-		}
 		facts = append(facts, f)
 	}
-	if d.bad || d.s != "" {
+	if d.bad || len(d.b) != 0 {
 		return nil, false, errFacts
 	}
 	return facts, full, nil
 }
 
-// decoder reads the facts encoding; bad sticks once set.
+// decoder reads the facts encoding in place; bad sticks once set.
 type decoder struct {
-	s   string
+	b   []byte
 	bad bool
 }
 
 func (d *decoder) byte() uint8 {
-	if d.s == "" {
+	if len(d.b) == 0 {
 		d.bad = true
 		return 0
 	}
-	c := d.s[0]
-	d.s = d.s[1:]
+	c := d.b[0]
+	d.b = d.b[1:]
 	return c
 }
 
 func (d *decoder) uvarint() uint64 {
-	var v uint64
-	for shift := uint(0); shift < 64; shift += 7 {
-		c := d.byte()
-		if d.bad {
-			return 0
-		}
-		v |= uint64(c&0x7f) << shift
-		if c < 0x80 {
-			return v
-		}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.bad = true
+		d.b = nil
+		return 0
 	}
-	d.bad = true
-	return 0
+	d.b = d.b[n:]
+	return v
 }
 
 func (d *decoder) int() int {
@@ -240,19 +244,29 @@ func (d *decoder) int() int {
 // count reads a number of items, each at least one byte long.
 func (d *decoder) count() int {
 	n := d.uvarint()
-	if n > uint64(len(d.s)) {
+	if n > uint64(len(d.b)) {
 		d.bad = true
 		return 0
 	}
 	return int(n)
 }
 
-func (d *decoder) string() string {
+// bytes reads a string in place.
+func (d *decoder) bytes() []byte {
 	n := d.count()
 	if d.bad {
-		return ""
+		return nil
 	}
-	s := d.s[:n]
-	d.s = d.s[n:]
-	return s
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) minor() minor {
+	k := d.byte()
+	m := minor{kind: k &^ inDevBit, index: d.int(), inDev: k&inDevBit != 0}
+	if m.kind > kindControl {
+		d.bad = true
+	}
+	return m
 }

@@ -14,10 +14,11 @@ const factsVersion = "drm facts 1"
 
 // newCache returns the plugin's discovery cache for a host.
 func newCache(stateDir string, h *sysfs.Host) *cache.Cache {
+	sys := h.Sys()
 	return cache.New(stateDir, name, factsVersion+"\x00"+h.Root, cache.Watch{
 		Boot:   h.Proc("sys/kernel/random/boot_id"),
-		Seqnum: h.Sys("kernel", "uevent_seqnum"),
-		Sys:    []string{h.Sys("class", "drm"), h.Sys("bus", "pci", "devices")},
+		Seqnum: sys + "/kernel/uevent_seqnum",
+		Sys:    []string{sys + "/class/drm", sys + "/bus/pci/devices"},
 		Dev:    []string{h.Dev("dri")},
 	})
 }
@@ -27,17 +28,29 @@ func newCache(stateDir string, h *sysfs.Host) *cache.Cache {
 // too; rescan ignores the cache (a device chosen from it failed its live
 // check).
 func (p *plugin) facts(full, rescan bool) ([]fact, error) {
+	enc, err := p.encoded(full, rescan)
+	if err != nil {
+		return nil, err
+	}
+	facts, _, err := decodeFacts(enc)
+	if err != nil && !rescan { // a cache that does not decode: read the host
+		return p.facts(full, true)
+	}
+	return facts, err
+}
+
+// encoded is facts, encoded as the cache keeps them.
+func (p *plugin) encoded(full, rescan bool) ([]byte, error) {
 	var st *cache.Stamp
 	if rescan {
 		p.host = sysfs.NewHost(p.host.Root) // forget what it listed
 		st = p.cache.Begin()
 	} else {
 		b, stamp := p.cache.Load()
+		if b != nil && len(b) > 0 && (b[0] == factsFull || !full) {
+			return b, nil
+		}
 		if b != nil {
-			facts, isFull, err := decodeFacts(b)
-			if err == nil && (isFull || !full) {
-				return facts, nil
-			}
 			stamp = p.cache.Begin()
 		}
 		st = stamp
@@ -46,8 +59,9 @@ func (p *plugin) facts(full, rescan bool) ([]fact, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = p.cache.Save(st, encodeFacts(facts, full)) // a cache that cannot be written only costs time
-	return facts, nil
+	enc := encodeFacts(facts, full)
+	_ = p.cache.Save(st, enc) // a cache that cannot be written only costs time
+	return enc, nil
 }
 
 // resolver returns the live check of a device about to be handed out:

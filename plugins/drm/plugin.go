@@ -109,11 +109,19 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 
 // capacity answers INFO: the usable devices, counted from the facts.
 func (p *plugin) capacity(context.Context, *skel.Call) (int, error) {
-	facts, err := p.facts(p.filter.vendors != nil || p.filter.devices != nil, false)
+	full := p.filter.vendors != nil || p.filter.devices != nil
+	enc, err := p.encoded(full, false)
 	if err != nil {
 		return 0, err
 	}
-	return count(facts, p.filter), nil
+	n, err := count(enc, p.filter)
+	if err != nil { // a cache that does not decode: read the host
+		if enc, err = p.encoded(full, true); err != nil {
+			return 0, err
+		}
+		n, err = count(enc, p.filter)
+	}
+	return n, err
 }
 
 func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
