@@ -17,13 +17,11 @@ import (
 // resolution of node names all run inside the transaction, under the
 // store's lock, bounded by HoldLimit.
 func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
-	st, err := p.open(c, false)
+	st, hold, work, done, err := p.lock(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
-	hold, work, cancel := p.holdContexts(ctx)
-	defer cancel()
+	defer done()
 
 	a := &adder{pool: p, call: c, pick: byCount(c.Locality, p.Strict)}
 	if err := st.Update(func(tx *store.Tx) error { return a.run(work, tx) }); err != nil {

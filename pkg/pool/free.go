@@ -17,13 +17,11 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 		p.unpublish(c, c.RequestID) // an orphan, if anything
 		return protocol.NewError(protocol.CodeUnknownRequestID, "")
 	}
-	st, err := p.open(c, false)
+	st, hold, _, done, err := p.lock(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	hold, _, cancel := p.holdContexts(ctx)
-	defer cancel()
+	defer done()
 	var teardownErr error
 	err = st.Update(func(tx *store.Tx) error {
 		rec, err := tx.Get(c.RequestID)
@@ -55,13 +53,11 @@ func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
 	if !p.stored(c) {
 		return res, nil
 	}
-	st, err := p.open(c, false)
+	st, hold, _, done, err := p.lock(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
-	hold, _, cancel := p.holdContexts(ctx)
-	defer cancel()
+	defer done()
 	err = st.Update(func(tx *store.Tx) error { return p.collect(hold, c, tx, res) })
 	if err != nil {
 		return nil, storeError(err)

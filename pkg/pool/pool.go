@@ -197,16 +197,21 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 	return devs, nil
 }
 
-// holdContexts bound the part of a command that holds the store's lock:
-// hold ends at the limit, work a quarter earlier. cancel releases both.
-func (p Pool) holdContexts(ctx context.Context) (hold, work context.Context, cancel context.CancelFunc) {
+// lock opens the store for writing, which takes its lock, and bounds the
+// time the lock is held: hold ends at HoldLimit, work a quarter earlier.
+// done releases both contexts and closes the store.
+func (p Pool) lock(ctx context.Context, c *skel.Call) (st *store.Store, hold, work context.Context, done func(), err error) {
+	st, err = p.open(c, false)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	limit := p.hold
 	if limit <= 0 {
 		limit = HoldLimit
 	}
 	hold, cancelHold := context.WithTimeout(ctx, limit)
 	work, cancelWork := context.WithTimeout(hold, limit*3/4)
-	return hold, work, func() { cancelWork(); cancelHold() }
+	return st, hold, work, func() { cancelWork(); cancelHold(); st.Close() }, nil
 }
 
 // open opens the plugin's store and maps failures to code 106.

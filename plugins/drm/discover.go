@@ -53,7 +53,10 @@ func count(enc []byte, f filter) (int, error) {
 	n, usable := d.count(), 0
 	for range n {
 		sys, flags, vendor, device := d.bytes(), d.byte(), d.bytes(), d.bytes()
-		d.uvarint()   // NUMA node
+		d.int() // NUMA node
+		if len(sys) == 0 {
+			d.bad = true
+		}
 		node := false // a wanted node is in /dev
 		for range d.count() {
 			m := d.minor()

@@ -1,26 +1,309 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
-func benchHost(b *testing.B, count int) *sysfs.Host {
+// testHost is a machine with one device of each kind inventory tells apart.
+var testHost = fixture.Host{
+	GPUs: []fixture.GPU{
+		{Addr: "0000:03:00.0", Vendor: "0x10de", Device: "0x2330", NUMA: fixture.Int(0), Driver: "nvidia", Card: 0, Render: 128, Control: -1},
+		{Addr: "0000:04:00.0", Vendor: "0x1002", Device: "0x73bf", NUMA: fixture.Int(1), Driver: "amdgpu", Card: 1, Render: 129, Control: 65},
+		{Addr: "0000:05:00.0", Vendor: "0x8086", Device: "0x56c0", NUMA: fixture.Int(1), Driver: "i915", Card: 2, Render: 130, Control: -1, TotalVFs: 2, NumVFs: 1},
+		{Addr: "0000:05:00.1", Vendor: "0x8086", Device: "0x56c0", Driver: "i915", Card: 3, Render: 131, Control: -1, PhysFn: "0000:05:00.0"},
+		{Addr: "0000:06:00.0", Vendor: "0x10de", Device: "0x2331", NUMA: fixture.Int(0), Driver: "nvidia", Card: 4, Render: 132, Control: -1, NoDevNode: true},
+	},
+	PlatformGPUs: []fixture.PlatformGPU{{Path: "platform/simple-framebuffer.0", Card: 5, Render: -1}},
+}
+
+const platformKey = "/sys/devices/platform/simple-framebuffer.0"
+
+func buildHost(t testing.TB, h fixture.Host) *sysfs.Host {
+	t.Helper()
+	root := t.TempDir()
+	if err := h.Build(root); err != nil {
+		t.Fatal(err)
+	}
+	return sysfs.NewHost(root)
+}
+
+func filterOf(t *testing.T, raw string) filter {
+	t.Helper()
+	var a args
+	if err := (protocol.Config{Args: json.RawMessage(raw)}).DecodeArgs(&a); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := a.validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestInventoryReasons: each config filter keeps the devices it names and
+// says of every other device why it is not handed out.
+func TestInventoryReasons(t *testing.T) {
+	h := buildHost(t, testHost)
+	const (
+		vf      = "SR-IOV VF (handed out only when pci_addresses names it)"
+		pf      = "SR-IOV PF with active VFs"
+		noNode  = "wanted device node missing from /dev"
+		vendor  = "vendor not in vendorid_whitelist"
+		device  = "device not in deviceid_whitelist"
+		notAddr = "not in pci_addresses"
+	)
+	tests := []struct {
+		args string
+		want map[string]string // key → reason, "" for usable
+	}{
+		{`{}`, map[string]string{"0000:03:00.0": "", "0000:04:00.0": "", "0000:05:00.0": pf, "0000:05:00.1": vf, "0000:06:00.0": noNode, platformKey: ""}},
+		{`{"vendorid_whitelist":["0x10DE"]}`, map[string]string{"0000:03:00.0": "", "0000:04:00.0": vendor, "0000:05:00.0": vendor, "0000:05:00.1": vendor,
+			"0000:06:00.0": noNode, platformKey: "not a PCI device (id whitelist set)"}},
+		{`{"deviceid_whitelist":["0x73bf"]}`, map[string]string{"0000:03:00.0": device, "0000:04:00.0": "", "0000:05:00.0": device, "0000:05:00.1": device,
+			"0000:06:00.0": device, platformKey: "not a PCI device (id whitelist set)"}},
+		{`{"pci_addresses":["0000:05:00.1","0000:06:00.0"]}`, map[string]string{"0000:03:00.0": notAddr, "0000:04:00.0": notAddr, "0000:05:00.0": notAddr,
+			"0000:05:00.1": "", "0000:06:00.0": noNode, platformKey: notAddr}},
+		{`{"want_device_nodes":["control"]}`, map[string]string{"0000:04:00.0": ""}},
+	}
+	facts, err := scan(h, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		gpus := judge(facts, filterOf(t, tt.args))
+		got := map[string]string{}
+		for _, g := range gpus {
+			got[g.Device.Key] = g.Reason
+		}
+		if !maps.Equal(got, tt.want) {
+			t.Errorf("%s:\n got  %v\n want %v", tt.args, got, tt.want)
+		}
+	}
+}
+
+// TestInventoryNodes: a usable device hands out its wanted nodes in the
+// configured order, resolved through uevent's DEVNAME when that node
+// exists; an unusable one lists every node it has, for people to see.
+func TestInventoryNodes(t *testing.T) {
+	h := buildHost(t, testHost)
+	// udev named card1's node differently.
+	uevent := findUevent(t, h.Root, "card1")
+	if err := os.WriteFile(uevent, []byte("MAJOR=226\nMINOR=1\nDEVNAME=dri/by-path/amd-card\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(h.Root, "dev/dri/by-path"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(filepath.Join(h.Root, "dev/dri/by-path/amd-card"), unix.S_IFCHR|0o600, int(unix.Mkdev(226, 1))); err != nil {
+		t.Skipf("cannot make character devices here: %v", err)
+	}
+	p := &plugin{host: h, filter: filterOf(t, `{"want_device_nodes":["render","primary"]}`), cache: newCache(t.TempDir(), h)}
+	facts, err := p.facts(true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]gpu{}
+	for _, g := range judge(facts, p.filter) {
+		if g.Reason == "" {
+			g.Device.Resolve = p.resolver(g)
+		}
+		byKey[g.Device.Key] = g
+	}
+	tests := []struct {
+		key             string
+		nodes, resolved []string
+		minors          []string
+	}{
+		{"0000:03:00.0", []string{"/dev/dri/renderD128", "/dev/dri/card0"}, []string{"/dev/dri/renderD128", "/dev/dri/card0"}, nil},
+		{"0000:04:00.0", []string{"/dev/dri/renderD129", "/dev/dri/card1"}, []string{"/dev/dri/renderD129", "/dev/dri/by-path/amd-card"}, nil},
+		{"0000:06:00.0", nil, nil, []string{"/dev/dri/card4", "/dev/dri/renderD132"}},
+	}
+	for _, tt := range tests {
+		g, ok := byKey[tt.key]
+		if !ok {
+			t.Fatalf("%s missing", tt.key)
+		}
+		if !slices.Equal(g.Device.Nodes, tt.nodes) {
+			t.Errorf("%s: nodes %v, want %v", tt.key, g.Device.Nodes, tt.nodes)
+		}
+		if tt.resolved == nil {
+			if g.Device.Resolve != nil {
+				t.Errorf("%s: unusable device resolves", tt.key)
+			}
+			var minors []string
+			for _, m := range g.minors {
+				minors = append(minors, "/dev/dri/"+m.name())
+			}
+			slices.Sort(minors)
+			if !slices.Equal(minors, tt.minors) {
+				t.Errorf("%s: minors %v, want %v", tt.key, minors, tt.minors)
+			}
+			continue
+		}
+		if got, err := g.Device.Resolve(); err != nil || !slices.Equal(got, tt.resolved) {
+			t.Errorf("%s: resolved %v %v, want %v", tt.key, got, err, tt.resolved)
+		}
+	}
+}
+
+// findUevent returns the uevent file of a DRM minor, through its class link.
+func findUevent(t *testing.T, root, minor string) string {
+	t.Helper()
+	target, err := filepath.EvalSymlinks(filepath.Join(root, "sys/class/drm", minor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(target, "uevent")
+}
+
+// TestScanFull: the PCI ids and NUMA nodes are read only for a full scan,
+// and judging gives a device's NUMA node only when it is a PCI function.
+func TestScanFull(t *testing.T) {
+	h := buildHost(t, testHost)
+	f := filterOf(t, `{}`)
+	for _, full := range []bool{false, true} {
+		facts, err := scan(h, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, g := range judge(facts, f) {
+			if g.Reason == "" {
+				got[g.Device.Key] = fmt.Sprintf("%s numa=%d", g.fact.vendor, g.Device.NUMA)
+			}
+		}
+		want := map[string]string{"0000:03:00.0": " numa=-1", "0000:04:00.0": " numa=-1", platformKey: " numa=-1"}
+		if full {
+			want = map[string]string{"0000:03:00.0": "0x10de numa=0", "0000:04:00.0": "0x1002 numa=1", platformKey: " numa=-1"}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("full=%v: got %v, want %v", full, got, want)
+		}
+	}
+}
+
+// TestFactsEncoding: facts survive the cache's encoding, and INFO's count
+// in place agrees with judging the decoded facts, for every filter.
+func TestFactsEncoding(t *testing.T) {
+	h := buildHost(t, testHost)
+	facts, err := scan(h, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := encodeFacts(facts, true)
+	got, full, err := decodeFacts(enc)
+	if err != nil || !full || !reflect.DeepEqual(got, facts) {
+		t.Fatalf("decodeFacts = %+v %v %v, want %+v", got, full, err, facts)
+	}
+	for _, args := range []string{`{}`, `{"vendorid_whitelist":["0x10de"]}`, `{"pci_addresses":["0000:05:00.1"]}`, `{"want_device_nodes":["control"]}`} {
+		f := filterOf(t, args)
+		usable := 0
+		for _, g := range judge(facts, f) {
+			if g.Reason == "" {
+				usable++
+			}
+		}
+		if n, err := count(enc, f); err != nil || n != usable {
+			t.Errorf("%s: count = %d %v, judge = %d", args, n, err, usable)
+		}
+	}
+	for i := range enc { // a cut never decodes to less
+		if _, _, err := decodeFacts(enc[:i]); err == nil {
+			t.Fatalf("decodeFacts accepted %d of %d bytes", i, len(enc))
+		}
+		if _, err := count(enc[:i], filterOf(t, `{}`)); err == nil {
+			t.Fatalf("count accepted %d of %d bytes", i, len(enc))
+		}
+	}
+}
+
+// FuzzFacts: whatever a cache file holds, decoding fails cleanly or gives
+// facts that encode back to the same bytes, and count agrees.
+func FuzzFacts(f *testing.F) {
+	f.Add(encodeFacts([]fact{{sys: "/sys/devices/pci0000:00/0000:00:02.0", flags: isPCI, vendor: "0x8086", device: "0x1234", numa: 0,
+		minors: []minor{{kind: kindPrimary, index: 0, inDev: true}, {kind: kindRender, index: 128}}}}, true))
+	f.Add([]byte{0, 1, 1, 'x', 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		facts, full, err := decodeFacts(b)
+		n, cerr := count(b, filter{want: []string{sysfs.Primary}, wants: [3]bool{true}})
+		if (err == nil) != (cerr == nil) {
+			t.Fatalf("decodeFacts err %v, count err %v", err, cerr)
+		}
+		if err != nil {
+			return
+		}
+		if again := encodeFacts(facts, full); !bytes.Equal(again, b) && len(facts) > 0 {
+			// Varints have more than one spelling; the facts must still agree.
+			if re, _, err := decodeFacts(again); err != nil || !reflect.DeepEqual(re, facts) {
+				t.Fatalf("re-encoding changed the facts")
+			}
+		}
+		usable := 0
+		for _, g := range judge(facts, filter{want: []string{sysfs.Primary}, wants: [3]bool{true}}) {
+			if g.Reason == "" {
+				usable++
+			}
+		}
+		if n != usable {
+			t.Fatalf("count %d, judge %d", n, usable)
+		}
+	})
+}
+
+// TestPluginDiscover: the plugin's discovery hands pool only the usable
+// devices, and its DEVICES inventory lists all with their reasons.
+func TestPluginDiscover(t *testing.T) {
+	h := buildHost(t, testHost)
+	p := &plugin{host: h, filter: filterOf(t, `{}`), cache: newCache(t.TempDir(), h)}
+	devs, err := p.discover(t.Context(), nil, pool.Scan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, d := range devs {
+		keys = append(keys, d.Key)
+	}
+	slices.Sort(keys)
+	if want := []string{platformKey, "0000:03:00.0", "0000:04:00.0"}; !slices.Equal(keys, want) {
+		t.Errorf("discover = %v, want %v", keys, want)
+	}
+	infos, err := p.inventory(t.Context(), nil)
+	if err != nil || len(infos) != 6 {
+		t.Fatalf("inventory = %d devices, %v", len(infos), err)
+	}
+	for _, d := range infos {
+		if d.Usable != (d.Reason == "") || len(d.Nodes) == 0 || strings.Contains(d.Key, "\n") {
+			t.Errorf("DEVICES entry %+v", d)
+		}
+	}
+}
+
+// benchHost is a host of n GPUs.
+func benchHost(b *testing.B, n int) *sysfs.Host {
 	var h fixture.Host
-	for i := range count {
+	for i := range n {
 		h.GPUs = append(h.GPUs, fixture.GPU{
 			Addr: fmt.Sprintf("0000:%02x:%02x.0", 0x10+i/32, i%32), Vendor: "0x10de", Device: "0x2330",
 			NUMA: fixture.Int(i % 4), Driver: "nvidia", Card: i, Render: 128 + i, Control: -1,
 		})
 	}
-	root := b.TempDir()
-	if err := h.Build(root); err != nil {
-		b.Fatal(err)
-	}
-	return sysfs.NewHost(root)
+	return buildHost(b, h)
 }
 
 // BenchmarkScan is discovery on a cache miss: every device read from the
@@ -39,8 +322,8 @@ func BenchmarkScan(b *testing.B) {
 	}
 }
 
-// BenchmarkCount is INFO's work on a cache hit: decoding the cached facts
-// and judging them.
+// BenchmarkCount is INFO's work on a cache hit: counting the usable
+// devices in the cached facts.
 func BenchmarkCount(b *testing.B) {
 	for _, n := range []int{64, 1024} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {

@@ -188,13 +188,16 @@ func decodeFacts(b []byte) ([]fact, bool, error) {
 	minors := make([]minor, 0, 2*n) // most devices have a card and a render node
 	for range n {
 		f := fact{sys: str(), flags: d.byte(), vendor: str(), device: str(), numa: d.int() - 1}
+		if f.sys == "" {
+			d.bad = true
+		}
 		k := d.count()
 		start := len(minors)
 		for range k {
 			minors = append(minors, d.minor())
 		}
 		f.minors = minors[start:len(minors):len(minors)]
-		if d.bad || f.sys == "" || f.numa < -1 {
+		if d.bad {
 			return nil, false, errFacts
 		}
 		facts = append(facts, f)
@@ -267,6 +270,7 @@ func (d *decoder) minor() minor {
 	m := minor{kind: k &^ inDevBit, index: d.int(), inDev: k&inDevBit != 0}
 	if m.kind > kindControl {
 		d.bad = true
+		return minor{}
 	}
 	return m
 }

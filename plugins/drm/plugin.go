@@ -14,7 +14,7 @@ import (
 
 const name = "drm"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "hands whole GPUs to containers as their DRM device nodes", New: newPlugin}
 
 // args are the drm plugin's config args (docs/plugins.md).
 type args struct {

@@ -16,7 +16,7 @@ import (
 
 const name = "generic-tty"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "hands tty device nodes to containers", New: newPlugin}
 
 // args are the plugin's config args (docs/plugins.md).
 type args struct {

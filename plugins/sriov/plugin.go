@@ -16,7 +16,7 @@ import (
 
 const name = "sriov"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "partitions SR-IOV devices into VFs and hands the VFs to containers", New: newPlugin}
 
 // args are the sriov plugin's config args (docs/chaining.md).
 type args struct {
