@@ -46,6 +46,10 @@ type Watch struct {
 	// Dev are devtmpfs directories whose modification time is compared
 	// every time, and whose entries are compared when it moved.
 	Dev []string
+	// List lists a directory as sysfs.ListDir does (the default). A
+	// plugin passes its sysfs.Host's List, so that the stamp of a scan
+	// and the scan itself read each directory once, and the same.
+	List func(dir string, fn func(name []byte, ino uint64, typ uint8)) error
 }
 
 // Cache is one plugin's cache file.
@@ -149,8 +153,8 @@ func (c *Cache) read() ([]byte, error) {
 // KiB.
 const maxSize = 16 << 20
 
-// Save replaces the cache file with facts under stamp st, atomically. A
-// nil stamp (a host that cannot be cached) or a state directory that does
+// Save replaces the cache file with facts under stamp st: the new file is
+// written whole under a temporary name and renamed into place. A nil stamp (a host that cannot be cached) or a state directory that does
 // not exist saves nothing. The file is not synced: after a crash it is at
 // worst empty or torn, which its checksum catches, and it is rebuilt.
 func (c *Cache) Save(st *Stamp, facts []byte) error {
@@ -169,6 +173,14 @@ func (c *Cache) Save(st *Stamp, facts []byte) error {
 		return err
 	}
 	if err := unix.Close(fd); err != nil {
+		unix.Unlink(tmp)
+		return err
+	}
+	// Unlink first, then rename: ext4 (auto_da_alloc) flushes a file
+	// that is renamed over another to disk before it returns, which costs
+	// half a millisecond. A reader meanwhile finds the old file, none
+	// (and rescans), or the new one; never a torn one.
+	if err := unix.Unlink(c.Path()); err != nil && err != unix.ENOENT {
 		unix.Unlink(tmp)
 		return err
 	}

@@ -67,14 +67,14 @@ func (c *Cache) listed(st *Stamp) *Stamp {
 	}
 	st.sys, st.dev = st.sys[:0], st.dev[:0]
 	for _, d := range c.watch.Sys {
-		l, err := list(d)
+		l, err := c.list(d)
 		if err != nil {
 			return nil
 		}
 		st.sys = append(st.sys, l)
 	}
 	for _, d := range c.watch.Dev {
-		l, err := list(d)
+		l, err := c.list(d)
 		if err != nil {
 			return nil
 		}
@@ -116,9 +116,13 @@ func equal(a, b []listing) bool {
 }
 
 // list computes the listing of a directory.
-func list(dir string) (listing, error) {
+func (c *Cache) list(dir string) (listing, error) {
+	ls := c.watch.List
+	if ls == nil {
+		ls = sysfs.ListDir
+	}
 	var l listing
-	err := sysfs.ListDir(dir, func(name []byte, ino uint64, typ uint8) {
+	err := ls(dir, func(name []byte, ino uint64, typ uint8) {
 		// FNV-1a over the name, then the inode number and type; summed,
 		// so that the order of the entries does not matter.
 		h := uint64(14695981039346656037)

@@ -66,7 +66,8 @@ func kindOrder(k string) int {
 // given): each costs a readlink, and hosts have hundreds of them.
 func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 	class := h.Sys("class", "drm")
-	names, err := readDirNames(class)
+	var names []string
+	err := h.List(class, func(name []byte, _ uint64, _ uint8) { names = append(names, string(name)) })
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

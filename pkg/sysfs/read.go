@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -70,27 +71,39 @@ func readDirTypes(path string) ([]dirent, error) {
 // ListDir calls fn for every entry of a directory (without "." and ".."),
 // in the order the file system lists them, with its inode number and the
 // type it reports (unix.DT_*). name is only valid during the call. The
-// directory is read with getdents64 into one buffer: no stat, no
-// allocation per entry.
+// directory is read with getdents64: no stat, no allocation per entry.
 func ListDir(path string, fn func(name []byte, ino uint64, typ uint8)) error {
+	recs, err := readDirents(path)
+	if err != nil {
+		return err
+	}
+	eachDirent(recs, fn)
+	return nil
+}
+
+// readDirents reads a directory's raw getdents64 records.
+func readDirents(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	var buf [8 << 10]byte
+	buf := make([]byte, 0, 8<<10)
 	for {
-		n, err := unix.ReadDirent(fd, buf[:])
+		if cap(buf)-len(buf) < 1024 {
+			buf = slices.Grow(buf, cap(buf))
+		}
+		n, err := unix.ReadDirent(fd, buf[len(buf):cap(buf)])
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return &os.PathError{Op: "readdirent", Path: path, Err: err}
+			return nil, &os.PathError{Op: "readdirent", Path: path, Err: err}
 		}
 		if n <= 0 {
-			return nil
+			return buf, nil
 		}
-		eachDirent(buf[:n], fn)
+		buf = buf[:len(buf)+n]
 	}
 }
 

@@ -20,6 +20,7 @@ func newCache(stateDir string, h *sysfs.Host) *cache.Cache {
 		Seqnum: sys + "/kernel/uevent_seqnum",
 		Sys:    []string{sys + "/class/drm", sys + "/bus/pci/devices"},
 		Dev:    []string{h.Dev("dri")},
+		List:   h.List,
 	})
 }
 
@@ -43,7 +44,7 @@ func (p *plugin) facts(full, rescan bool) ([]fact, error) {
 func (p *plugin) encoded(full, rescan bool) ([]byte, error) {
 	var st *cache.Stamp
 	if rescan {
-		p.host = sysfs.NewHost(p.host.Root) // forget what it listed
+		p.host.Forget() // read the host anew
 		st = p.cache.Begin()
 	} else {
 		b, stamp := p.cache.Load()
