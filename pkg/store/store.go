@@ -8,7 +8,6 @@
 package store
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -312,7 +311,7 @@ func (t *Tx) Get(id string) (*Record, error) {
 
 func (t *Tx) decode(id string, v []byte) (*Record, error) {
 	var r Record
-	if err := json.Unmarshal(v, &r); err != nil {
+	if err := unmarshalRecord(v, &r); err != nil {
 		return nil, fmt.Errorf("%s: %w: record %q: %v", t.path, ErrCorrupt, id, err)
 	}
 	return &r, nil
@@ -339,7 +338,7 @@ func (t *Tx) Put(r *Record) error {
 			return err
 		}
 	}
-	v, err := json.Marshal(r)
+	v, err := marshalRecord(r)
 	if err != nil {
 		return err
 	}
