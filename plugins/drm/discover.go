@@ -27,10 +27,7 @@ func judge(facts []fact, f filter) []gpu {
 		if len(minors) == 0 {
 			continue
 		}
-		g := gpu{Device: pool.Device{Key: ft.key(), Index: order(minors), NUMA: -1}, fact: ft, minors: minors}
-		if ft.flags&isPCI != 0 {
-			g.Device.NUMA = ft.numa
-		}
+		g := gpu{Device: pool.Device{Key: ft.key(), Index: order(minors), NUMA: ft.numa}, fact: ft, minors: minors}
 		g.Reason = f.check(ft, g.Device.Key)
 		if g.Reason == "" {
 			g.Device.Nodes = f.nodes(minors)

@@ -19,7 +19,7 @@ type fact struct {
 	flags  uint8
 	vendor string // PCI ids in lower case ("0x10de"); "" when unreadable or not read
 	device string
-	numa   int // NUMA node, -1 when unknown or not read
+	numa   int // NUMA node (of the PCI function it is or hangs off), -1 when unknown or not read
 	minors []minor
 }
 
@@ -107,6 +107,8 @@ func scan(h *sysfs.Host, full bool) ([]fact, error) {
 		}
 		if pci {
 			f.readPCI(dir, full)
+		} else if full {
+			f.numa, _ = h.Place(f.sys) // the PCI function it hangs off, if any
 		}
 		dir.Close()
 	}

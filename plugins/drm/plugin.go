@@ -46,7 +46,8 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	}
 	h := sysfs.NewHost(c.Env.HostRoot)
 	p := &plugin{host: h, filter: f, cache: newCache(c.Env.StateDir, h)}
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Capacity: p.capacity, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Capacity: p.capacity,
+		Inventory: p.inventory, Place: p.place}
 	return p, nil
 }
 
@@ -101,6 +102,7 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 	for _, g := range judge(facts, p.filter) {
 		if g.Reason == "" {
 			g.Device.Resolve = p.resolver(g)
+			g.Device.Dir = p.host.Path(g.fact.sys)
 			out = append(out, g.Device)
 		}
 	}
@@ -139,10 +141,18 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 				nodes[j] = "/dev/dri/" + m.name()
 			}
 		}
-		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
+		pcie := sysfs.ParsePCIe(g.fact.sys)
+		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.fact.numa, Usable: g.Reason == "", Reason: g.Reason,
+			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key)}
 		if g.fact.flags&isPCI != 0 {
 			out[i].VendorID, out[i].DeviceID = g.fact.vendor, g.fact.device
 		}
 	}
 	return out, nil
+}
+
+// place is where a GPU sits: its NUMA node, from the facts, and its PCIe
+// chain, parsed from the device directory the facts name.
+func (p *plugin) place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
+	return d.NUMA, sysfs.ParsePCIe(p.host.SysPath(d.Dir)).Chain()
 }
