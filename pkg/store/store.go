@@ -8,7 +8,6 @@
 package store
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -289,11 +288,30 @@ func (t *Tx) ensureID() error {
 	if meta.Get(keyID) != nil {
 		return nil
 	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	b, err := random16()
+	if err != nil {
 		return err
 	}
 	return meta.Put(keyID, []byte(hex.EncodeToString(b[:])))
+}
+
+// random16 reads 16 bytes from the kernel's random source with
+// getrandom(2). crypto/rand would do the same, but linking it runs the
+// initialisation of its FIPS 140 module (hashes, AES, a DRBG) at the start
+// of every plugin process, for 16 bytes once per store.
+func random16() ([16]byte, error) {
+	var b [16]byte
+	for n := 0; n < len(b); {
+		m, err := unix.Getrandom(b[n:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return b, fmt.Errorf("getrandom: %w", err)
+		}
+		n += m
+	}
+	return b, nil
 }
 
 // ID returns the store's identity, lower-case hex; "" in a read-only
