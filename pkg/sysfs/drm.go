@@ -153,7 +153,7 @@ func (h *Host) minorDevice(cfd int, buf []byte, class, name string) (string, err
 // way.
 func deviceOf(class, target string) (string, bool) {
 	i := strings.LastIndexByte(target, '/')
-	if i < 0 {
+	if i < 0 || target[i+1:] == "" || target[i+1:] == "." || target[i+1:] == ".." {
 		return "", false
 	}
 	dir, ok := strings.CutSuffix(target[:i], "/drm")
@@ -174,8 +174,11 @@ func deviceOf(class, target string) (string, bool) {
 	}
 	if dir == "" || dir[0] == '/' || dir == "." || dir == ".." || strings.HasPrefix(dir, "./") || strings.HasPrefix(dir, "../") ||
 		strings.Contains(dir, "//") || strings.Contains(dir, "/./") || strings.Contains(dir, "/../") ||
-		strings.HasSuffix(dir, "/.") || strings.HasSuffix(dir, "/..") {
+		strings.HasSuffix(dir, "/") || strings.HasSuffix(dir, "/.") || strings.HasSuffix(dir, "/..") {
 		return "", false
+	}
+	if strings.HasSuffix(base, "/") {
+		return base + dir, true
 	}
 	return base + "/" + dir, true
 }
