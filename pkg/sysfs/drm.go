@@ -81,7 +81,6 @@ func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 		return nil, &os.PathError{Op: "open", Path: class, Err: err}
 	}
 	defer unix.Close(cfd)
-	buf := make([]byte, unix.PathMax)
 	byDir := map[string]int{}
 	var devs []DRMDevice
 	for _, name := range names {
@@ -89,7 +88,7 @@ func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 		if !ok || len(kinds) > 0 && !slices.Contains(kinds, m.Kind) {
 			continue
 		}
-		dir, err := h.minorDevice(cfd, buf, class, name)
+		dir, err := h.minorDevice(cfd, class, name)
 		if err != nil {
 			continue // dangling or odd link: not a usable device
 		}
@@ -115,12 +114,12 @@ func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 
 // minorDevice resolves a class/drm link to the host path of its device
 // directory. A dangling link is caught later: its nodes are not found.
-func (h *Host) minorDevice(cfd int, buf []byte, class, name string) (string, error) {
+func (h *Host) minorDevice(cfd int, class, name string) (string, error) {
 	link := name
 	if cfd == unix.AT_FDCWD {
 		link = class + "/" + name
 	}
-	n, err := unix.Readlinkat(cfd, link, buf)
+	target, err := readlinkat(cfd, link)
 	if err == unix.EINVAL {
 		// Not a symlink (a hand-made tree): the entry is the minor's
 		// directory, and its device link leads to the device.
@@ -129,10 +128,9 @@ func (h *Host) minorDevice(cfd int, buf []byte, class, name string) (string, err
 	if err != nil {
 		return "", &os.PathError{Op: "readlink", Path: class + "/" + name, Err: err}
 	}
-	if dir, ok := deviceOf(class, string(buf[:n])); ok {
+	if dir, ok := deviceOf(class, target); ok {
 		return dir, nil
 	}
-	target := string(buf[:n])
 	var minorDir string
 	if filepath.IsAbs(target) {
 		minorDir = filepath.Join(h.Root, target)
@@ -186,9 +184,7 @@ func deviceOf(class, target string) (string, bool) {
 // DRMMinorDevice returns the host path of the device directory that the
 // class entry /sys/class/drm/<name> leads to now.
 func (h *Host) DRMMinorDevice(name string) (string, error) {
-	class := h.Sys("class", "drm")
-	var buf [unix.PathMax]byte
-	return h.minorDevice(unix.AT_FDCWD, buf[:], class, name)
+	return h.minorDevice(unix.AT_FDCWD, h.Sys("class", "drm"), name)
 }
 
 // MinorDir is the sysfs directory of one of the device's minors.

@@ -21,7 +21,7 @@ func readFile(path string) ([]byte, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	buf := make([]byte, 4096)
+	buf := make([]byte, 512) // attributes are short; sysfs reads a page at most
 	n := 0
 	for {
 		m, err := unix.Read(fd, buf[n:])
@@ -168,12 +168,10 @@ func (d *Dir) Attr(name string) (string, error) {
 // directory (the driver of a device, the PF of a VF), or "" when there is
 // no such link.
 func (d *Dir) LinkBase(name string) string {
-	var buf [unix.PathMax]byte
-	n, err := unix.Readlinkat(d.fd, name, buf[:])
+	t, err := readlinkat(d.fd, name)
 	if err != nil {
 		return ""
 	}
-	t := string(buf[:n])
 	for len(t) > 1 && t[len(t)-1] == '/' {
 		t = t[:len(t)-1]
 	}
@@ -181,6 +179,24 @@ func (d *Dir) LinkBase(name string) string {
 		return t[i+1:]
 	}
 	return t
+}
+
+// readlinkat reads a symbolic link. Links in sysfs are short: a small
+// buffer first, a PATH_MAX one only when the link filled it (a buffer of
+// PATH_MAX on the stack would make the runtime grow the goroutine's stack).
+func readlinkat(dirfd int, name string) (string, error) {
+	var small [256]byte
+	n, err := unix.Readlinkat(dirfd, name, small[:])
+	if err != nil || n < len(small) {
+		return string(small[:max(n, 0)]), err
+	}
+	for size := 2 * len(small); size <= unix.PathMax; size *= 2 {
+		buf := make([]byte, size)
+		if n, err = unix.Readlinkat(dirfd, name, buf); err != nil || n < size {
+			return string(buf[:max(n, 0)]), err
+		}
+	}
+	return "", unix.ENAMETOOLONG
 }
 
 func lastSlash(s string) int {

@@ -1,10 +1,13 @@
 package sysfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestIndex(t *testing.T) {
@@ -249,4 +252,19 @@ func FuzzDeviceOf(f *testing.F) {
 			t.Fatalf("deviceOf(%q, %q) = %q; filepath says %q", class, target, got, want)
 		}
 	})
+}
+
+// readlinkat reads links of any length up to PATH_MAX.
+func TestReadlinkat(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{1, 255, 256, 257, 511, 512, 1000, 4000} {
+		target := strings.Repeat("x", n)
+		link := filepath.Join(dir, fmt.Sprint(n))
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readlinkat(unix.AT_FDCWD, link); got != target || err != nil {
+			t.Errorf("%d bytes: got %d bytes, %v", n, len(got), err)
+		}
+	}
 }
