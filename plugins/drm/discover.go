@@ -17,28 +17,36 @@ type gpu struct {
 }
 
 // judge applies the config to the facts: the devices that have nodes of
-// the wanted kinds, in preference order, each usable or with the reason it
-// is not. It reads nothing from the host.
+// the wanted kinds, in preference order, each usable (with its nodes) or
+// with the reason it is not. It reads nothing from the host.
 func judge(facts []fact, f filter) []gpu {
 	out := make([]gpu, 0, len(facts))
 	for i := range facts {
-		ft := &facts[i]
-		minors := f.wanted(ft.minors)
-		if len(minors) == 0 {
-			continue
-		}
-		g := gpu{Device: pool.Device{Key: ft.key(), Index: order(minors), NUMA: ft.numa}, fact: ft, minors: minors}
-		g.Reason = f.check(ft, g.Device.Key)
-		if g.Reason == "" {
-			g.Device.Nodes = f.nodes(minors)
-			if g.Device.Nodes == nil {
-				g.Reason = "wanted device node missing from /dev"
+		if g, ok := f.judge(&facts[i]); ok {
+			if g.Reason == "" {
+				g.Device.Nodes = f.nodes(g.minors)
 			}
+			out = append(out, g)
 		}
-		out = append(out, g)
 	}
 	slices.SortStableFunc(out, func(a, b gpu) int { return a.Device.Index - b.Device.Index })
 	return out
+}
+
+// judge judges one device; false when it has no node of the wanted kinds
+// (the config does not see it at all). The device's nodes are left for
+// the caller to build.
+func (f filter) judge(ft *fact) (gpu, bool) {
+	minors := f.wanted(ft.minors)
+	if len(minors) == 0 {
+		return gpu{}, false
+	}
+	g := gpu{Device: pool.Device{Key: ft.key(), Index: order(minors), NUMA: ft.numa}, fact: ft, minors: minors}
+	g.Reason = f.check(ft, g.Device.Key)
+	if g.Reason == "" && !slices.ContainsFunc(minors, func(m minor) bool { return m.inDev }) {
+		g.Reason = "wanted device node missing from /dev"
+	}
+	return g, true
 }
 
 // count is judge for INFO: how many devices the encoded facts (the cache)

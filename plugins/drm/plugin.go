@@ -99,12 +99,19 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 		return nil, err
 	}
 	var out []pool.Device
-	for _, g := range judge(facts, p.filter) {
-		if g.Reason == "" {
-			g.Device.Resolve = p.resolver(g)
-			g.Device.Dir = p.host.Path(g.fact.sys)
-			out = append(out, g.Device)
+	for i := range facts {
+		ft := &facts[i]
+		if scan.Skipped(ft.key()) {
+			continue // another request holds it: nothing to build
 		}
+		g, ok := p.filter.judge(ft)
+		if !ok || g.Reason != "" {
+			continue
+		}
+		g.Device.Nodes = p.filter.nodes(g.minors)
+		g.Device.Resolve = p.resolver(g)
+		g.Device.Dir = p.host.Path(ft.sys)
+		out = append(out, g.Device)
 	}
 	return out, nil
 }
