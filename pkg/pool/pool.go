@@ -221,8 +221,9 @@ func (p Pool) lock(ctx context.Context, c *skel.Call) (st *store.Store, hold, wo
 	if limit <= 0 {
 		limit = HoldLimit
 	}
-	hold, cancelHold := context.WithTimeout(ctx, limit)
-	work, cancelWork := context.WithTimeout(hold, limit*3/4)
+	now := time.Now()
+	hold, cancelHold := withDeadline(ctx, now.Add(limit))
+	work, cancelWork := withDeadline(hold, now.Add(limit*3/4))
 	return st, hold, work, func() { cancelWork(); cancelHold(); st.Close() }, nil
 }
 
