@@ -6,6 +6,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
@@ -24,6 +25,9 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 	defer done()
 
 	a := &adder{pool: p, call: c, pick: byCount(c.Locality, p.Strict, distances(c))}
+	if c.Pinned != nil {
+		a.pick = byKeys(c.Pinned, func(key string) string { return p.unusable(work, c, key) })
+	}
 	if err := st.Update(func(tx *store.Tx) error { return a.run(work, tx) }); err != nil {
 		a.undo(hold)
 		return nil, storeError(err)
@@ -73,6 +77,13 @@ func (a *adder) run(ctx context.Context, tx *store.Tx) error {
 	}
 	if rec == nil {
 		rec = &store.Record{ID: a.call.RequestID, Type: a.call.Config.Type}
+		// A spec for an id that holds nothing is stale (a DEL killed
+		// before removing it). Remove it before committing, so that an
+		// ADD killed before its own spec write leaves no spec at all,
+		// never one naming devices the id does not hold.
+		if a.pool.Spec != nil {
+			a.pool.removeSpec(a.call, cdispec.Owner{Plugin: a.pool.Name, Store: tx.ID()}, a.call.RequestID)
+		}
 	}
 	taken := map[string]bool{} // by earlier items of this request
 	free := func(key string) bool { return !taken[key] && tx.Holder(key) == "" }
@@ -131,12 +142,17 @@ func (a *adder) discover(ctx context.Context, rescan bool) error {
 }
 
 // replay answers an item the request already holds, which must be asked
-// for again unchanged (else 104). A pinned ADD would compare its keys with
-// the recorded ones here too.
+// for again unchanged (else 104): the same amount and, for a pinned ADD,
+// the same devices.
 func (a *adder) replay(old store.Allocation, item abnf.Item) error {
 	if old.Amount != item.Amount {
 		return protocol.Errorf(protocol.CodeConflict, "request %q already holds %d of %s; asked for %d",
 			a.call.RequestID, old.Amount, old.Spec, item.Amount)
+	}
+	if a.call.Pinned != nil {
+		if err := samePinned(a.call.RequestID, old, a.call.Pinned); err != nil {
+			return err
+		}
 	}
 	a.held = append(a.held, answer{old, false})
 	return nil

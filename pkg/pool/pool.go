@@ -151,8 +151,13 @@ func StrictNUMA(policy string) (bool, error) {
 	return false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy)
 }
 
-// Info counts the usable devices: the node's allocatable capacity.
+// Info counts the usable devices: the node's allocatable capacity. It does
+// not open the store, but refuses, as ADD would, a store location that is
+// unsafe or an empty store file (store.Probe).
 func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
+	if _, err := store.Probe(store.Path(c.Env.StateDir, p.Name)); err != nil {
+		return nil, storeError(err)
+	}
 	if p.Capacity != nil {
 		n, err := p.Capacity(ctx, c)
 		if err != nil {
@@ -247,6 +252,8 @@ func storeError(err error) error {
 		return protocol.Errorf(protocol.CodeStore, "another invocation holds the allocation store; try again: %w", err)
 	case errors.Is(err, store.ErrCorrupt):
 		return protocol.Errorf(protocol.CodeStore, "the allocation store cannot be read and was left untouched for inspection: %w", err)
+	case errors.Is(err, store.ErrUnsafe):
+		return protocol.Errorf(protocol.CodeStore, "the allocation store's location is refused: %w", err)
 	}
 	return protocol.Errorf(protocol.CodeStore, "%w", err)
 }

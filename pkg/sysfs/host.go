@@ -115,16 +115,20 @@ func validDevName(v string) error {
 	return nil
 }
 
-// NodeExists reports whether /dev/<devname> exists and is not a directory.
-// Each /dev directory is listed once per Host: one listing is far cheaper
-// than a stat per device on hosts with hundreds of nodes.
+// NodeExists reports whether /dev/<devname> is a character device (not a
+// link, a regular file or anything else). Each /dev directory is listed once
+// per Host, and the listing carries each entry's type: one listing is far
+// cheaper than a stat per device on hosts with hundreds of nodes. Whether
+// the device is the one sysfs describes is CheckNode's job, for the few
+// nodes handed out.
 func (h *Host) NodeExists(devname string) bool {
 	dir, base := path.Split(devname)
 	names, ok := h.dirs[dir]
 	if !ok {
 		names = map[string]bool{}
-		_ = h.List(h.Dev(dir), func(name []byte, _ uint64, typ uint8) {
-			if typ != unix.DT_DIR {
+		d := h.Dev(dir)
+		_ = h.List(d, func(name []byte, _ uint64, typ uint8) {
+			if typ == unix.DT_CHR || typ == unix.DT_UNKNOWN && isChar(d+"/"+string(name)) {
 				names[string(name)] = true
 			}
 		})
@@ -134,6 +138,11 @@ func (h *Host) NodeExists(devname string) bool {
 		h.dirs[dir] = names
 	}
 	return names[base]
+}
+
+func isChar(p string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR
 }
 
 // CheckNode checks that /dev/<devname> is a character device whose

@@ -52,10 +52,11 @@ func readDirNames(path string) ([]string, error) {
 	return names, err
 }
 
-// dirent is a directory entry: its name and whether it is a directory.
+// dirent is a directory entry: its name and the type the file system
+// reports (unix.DT_*; DT_UNKNOWN when it reports none).
 type dirent struct {
 	name string
-	dir  bool
+	typ  uint8
 }
 
 // readDirTypes lists a directory with the entry types the file system
@@ -63,7 +64,7 @@ type dirent struct {
 func readDirTypes(path string) ([]dirent, error) {
 	var out []dirent
 	err := ListDir(path, func(name []byte, _ uint64, typ uint8) {
-		out = append(out, dirent{name: string(name), dir: typ == unix.DT_DIR})
+		out = append(out, dirent{name: string(name), typ: typ})
 	})
 	return out, err
 }

@@ -142,6 +142,11 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 	out := make([]protocol.DeviceInfo, len(gpus))
 	for i, g := range gpus {
 		nodes := g.Device.Nodes
+		if g.Reason == "" {
+			if _, err := p.resolver(g)(); err != nil {
+				g.Reason = err.Error() // ADD would not hand it out
+			}
+		}
 		if g.Reason != "" {
 			nodes = make([]string, len(g.minors)) // what the device has, for people to see
 			for j, m := range g.minors {

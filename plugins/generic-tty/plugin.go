@@ -99,8 +99,8 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 		devs = append(devs, pool.Device{
 			Key: t.Name, Index: t.Index, NUMA: alloc.Unknown, Nodes: []string{"/dev/" + t.Name},
 			Resolve: func() ([]string, error) {
-				node, err := p.host.TTYNode(t)
-				return []string{node}, err
+				n, err := p.host.TTYNode(t)
+				return []string{n}, err
 			},
 		})
 	}
@@ -128,7 +128,7 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		case t.Index < p.firstIdx:
 			d.Reason = "reserved (num_system_reserved)"
 		case !p.host.Usable(t):
-			d.Reason = "no /dev node"
+			d.Reason = "no /dev node (or not a character device)"
 		default:
 			node, err := p.host.TTYNode(t)
 			if err != nil {
