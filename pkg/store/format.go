@@ -43,20 +43,46 @@ var (
 	keySchema      = []byte("schema")
 	keyDigest      = []byte("digest")
 	keyID          = []byte("id")
-	// crcTable is built on first use, not at start-up: crc64.MakeTable
-	// builds the slicing-by-8 tables of two polynomials (32 KiB), which
-	// INFO, reading no store, would otherwise pay in every process.
-	crcTable = sync.OnceValue(func() *crc64.Table { return crc64.MakeTable(crc64.ECMA) })
+	// crcTable is CRC-64/ECMA's byte table, built on first use (2 KiB).
+	// crc64.MakeTable would build the slicing-by-8 tables of two
+	// polynomials (32 KiB) whatever the input, which costs a process
+	// that checksums a few hundred bytes more than the checksums do.
+	crcTable = sync.OnceValue(func() *[256]uint64 {
+		var t [256]uint64
+		for i := range t {
+			c := uint64(i)
+			for range 8 {
+				if c&1 == 1 {
+					c = c>>1 ^ crc64.ECMA
+				} else {
+					c >>= 1
+				}
+			}
+			t[i] = c
+		}
+		return &t
+	})
 )
+
+// crcUpdate is crc64.Update(crc, crc64.MakeTable(crc64.ECMA), p), a byte at
+// a time: entries are short.
+func crcUpdate(crc uint64, p []byte) uint64 {
+	t := crcTable()
+	crc = ^crc
+	for _, b := range p {
+		crc = t[byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
+}
 
 // checksum is the checksum of one entry.
 func checksum(tag byte, key, payload []byte) uint64 {
 	var hdr [1 + binary.MaxVarintLen64]byte
 	hdr[0] = tag
 	n := binary.PutUvarint(hdr[1:], uint64(len(key)))
-	h := crc64.Update(0, crcTable(), hdr[:1+n])
-	h = crc64.Update(h, crcTable(), key)
-	return crc64.Update(h, crcTable(), payload)
+	h := crcUpdate(0, hdr[:1+n])
+	h = crcUpdate(h, key)
+	return crcUpdate(h, payload)
 }
 
 // seal prefixes payload with its checksum.
@@ -93,12 +119,12 @@ func (d digest) encode() []byte {
 		b = binary.BigEndian.AppendUint64(b, t.n)
 		b = binary.BigEndian.AppendUint64(b, t.sum)
 	}
-	return binary.BigEndian.AppendUint64(b, crc64.Checksum(b, crcTable()))
+	return binary.BigEndian.AppendUint64(b, crcUpdate(0, b))
 }
 
 func decodeDigest(b []byte) (digest, bool) {
 	var d digest
-	if len(b) != 40 || binary.BigEndian.Uint64(b[32:]) != crc64.Checksum(b[:32], crcTable()) {
+	if len(b) != 40 || binary.BigEndian.Uint64(b[32:]) != crcUpdate(0, b[:32]) {
 		return d, false
 	}
 	for i := range d {

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/json"
+	"hash/crc64"
 	"reflect"
 	"testing"
 	"time"
@@ -71,5 +72,24 @@ func FuzzRecordCodec(f *testing.F) {
 			Devices: []Device{{Key: node, Nodes: nodes, NUMA: n}}, Nodes: nodes, Delegate: node}}}
 		checkRecord(t, r)
 		checkDecode(t, raw)
+	})
+}
+
+// FuzzCRC: the byte-at-a-time CRC is crc64's CRC-64/ECMA, in one piece or
+// in two.
+func FuzzCRC(f *testing.F) {
+	f.Add([]byte("123456789"), 3)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, b []byte, cut int) {
+		table := crc64.MakeTable(crc64.ECMA)
+		if got, want := crcUpdate(0, b), crc64.Checksum(b, table); got != want {
+			t.Fatalf("crcUpdate(%q) = %#x, want %#x", b, got, want)
+		}
+		if cut < 0 || cut > len(b) {
+			return
+		}
+		if got, want := crcUpdate(crcUpdate(0, b[:cut]), b[cut:]), crc64.Update(crc64.Update(0, table, b[:cut]), table, b[cut:]); got != want {
+			t.Fatalf("in two pieces: %#x, want %#x", got, want)
+		}
 	})
 }
