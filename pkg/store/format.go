@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc64"
 	"strconv"
 	"sync"
 
@@ -53,7 +52,7 @@ var (
 			c := uint64(i)
 			for range 8 {
 				if c&1 == 1 {
-					c = c>>1 ^ crc64.ECMA
+					c = c>>1 ^ ecma
 				} else {
 					c >>= 1
 				}
@@ -63,6 +62,10 @@ var (
 		return &t
 	})
 )
+
+// ecma is crc64.ECMA, reversed. Importing hash/crc64 for it would build
+// that package's tables at start-up in every process.
+const ecma = 0xC96C5795D7870F42
 
 // crcUpdate is crc64.Update(crc, crc64.MakeTable(crc64.ECMA), p), a byte at
 // a time: entries are short.
