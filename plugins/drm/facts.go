@@ -45,7 +45,6 @@ const (
 	kindControl
 )
 
-var kindNames = [...]string{sysfs.Primary, sysfs.Render, sysfs.Control}
 var kindPrefixes = [...]string{"card", "renderD", "controlD"}
 
 func kindOf(name string) uint8 {

@@ -48,7 +48,7 @@ func (p *plugin) encoded(full, rescan bool) ([]byte, error) {
 		st = p.cache.Begin()
 	} else {
 		b, stamp := p.cache.Load()
-		if b != nil && len(b) > 0 && (b[0] == factsFull || !full) {
+		if len(b) > 0 && (b[0] == factsFull || !full) {
 			return b, nil
 		}
 		if b != nil {
