@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // Watch says where a host shows its devices. Paths are host paths (under
@@ -162,6 +164,7 @@ func (c *Cache) Save(st *Stamp, facts []byte) error {
 		return nil
 	}
 	b := c.encode(st, facts)
+	c.sweep()
 	tmp := c.Path() + ".tmp-" + strconv.Itoa(os.Getpid())
 	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -189,6 +192,28 @@ func (c *Cache) Save(st *Stamp, facts []byte) error {
 		return err
 	}
 	return nil
+}
+
+// sweep removes temporary files that a process killed between writing
+// and renaming left behind: this cache's, regular files of this user,
+// older than a minute (a write takes microseconds).
+func (c *Cache) sweep() {
+	prefix := c.name + ".tmp-"
+	cutoff := time.Now().Add(-time.Minute).Unix()
+	var stale []string
+	_ = sysfs.ListDir(c.dir, func(name []byte, _ uint64, _ uint8) {
+		if strings.HasPrefix(string(name), prefix) {
+			stale = append(stale, string(name))
+		}
+	})
+	for _, name := range stale {
+		var st unix.Stat_t
+		p := c.dir + "/" + name
+		if unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG &&
+			st.Uid == uint32(os.Geteuid()) && st.Mtim.Sec < cutoff {
+			_ = unix.Unlink(p)
+		}
+	}
 }
 
 func writeAll(fd int, b []byte) error {

@@ -224,3 +224,30 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestSweep: a temporary file a killed writer left behind goes with the
+// next write once it is old; a fresh one (a writer at work) stays.
+func TestSweep(t *testing.T) {
+	h := newHost(t)
+	state := t.TempDir()
+	c := h.cache(state)
+	old, fresh := c.Path()+".tmp-1", c.Path()+".tmp-2"
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, []byte("torn"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(old, long, long); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Save(c.Begin(), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("old temporary file kept: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh temporary file removed: %v", err)
+	}
+}
