@@ -109,8 +109,8 @@ type ContainerStatus struct {
 	ContainerID  string `json:"containerID"`
 	RestartCount int    `json:"restartCount"`
 	State        struct {
-		Running    *struct{} `json:"running"`
-		Waiting    *struct {
+		Running *struct{} `json:"running"`
+		Waiting *struct {
 			Reason  string `json:"reason"`
 			Message string `json:"message"`
 		} `json:"waiting"`
