@@ -11,7 +11,7 @@ FUZZTIME    ?= 20s
 export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
 
-.PHONY: all build install test unit lint demo bench fuzz clean
+.PHONY: all build install test unit lint demo bench fuzz clean e2e-node e2e-cluster
 
 all: build
 
@@ -26,6 +26,21 @@ install: build
 # tests against the binaries in bin/.
 test: build lint
 	CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test -count=1 ./...
+
+# The real-node suites (docs/kubernetes.md, "Testing on a real node"): a
+# pinned containerd and kubelet, then a control plane too. The tools are
+# built once into $CDI_E2E_CACHE (default ~/.cache/cdi-e2e). Needs root;
+# without what a node needs, the tests skip and say why.
+E2E_FLAGS ?=
+E2E_TEST  := CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test -tags e2enode -count=1 -timeout 45m -v $(E2E_FLAGS)
+
+e2e-node: build
+	./test/k8s/build-tools.sh
+	$(E2E_TEST) -run '^TestNode' ./test/k8s/...
+
+e2e-cluster: build
+	./test/k8s/build-tools.sh
+	$(E2E_TEST) -run '^TestCluster' ./test/k8s/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

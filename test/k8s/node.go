@@ -124,6 +124,14 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 // StopKubelet stops the kubelet gracefully. Its pods keep running.
 func (n *Node) StopKubelet() { n.Kubelet.stop(30 * time.Second) }
 
+// ImportImage loads an image archive (OCI or Docker, as podman save
+// writes them) into the node's containerd, where pods with
+// imagePullPolicy Never find it.
+func (n *Node) ImportImage(ctx context.Context, archive string) error {
+	_, err := n.ctrd.ctr(ctx, "images", "import", "--local", archive)
+	return err
+}
+
 // Spawn starts a daemon on the node, in its cgroup, logging to its log
 // directory; it is stopped when the test ends, before the kubelet.
 func (n *Node) Spawn(name, bin string, args, env []string) *daemon {
