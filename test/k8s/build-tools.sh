@@ -17,7 +17,7 @@ set -euo pipefail
 CONTAINERD_VERSION=v2.2.9
 TOOLS=$(cd "$(dirname "$0")/tools" && pwd)
 CACHE=${CDI_E2E_CACHE:-$HOME/.cache/cdi-e2e}
-K8S_VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 }' "$TOOLS/go.mod")
+K8S_VERSION=$(cd "$TOOLS" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 K8S_BINS="kubelet kube-apiserver kube-scheduler kube-controller-manager"
 CONTAINERD_BINS="containerd containerd-shim-runc-v2 ctr"
 

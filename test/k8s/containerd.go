@@ -5,6 +5,7 @@ package k8se2e
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -184,20 +185,32 @@ func busyboxTar(ctx context.Context, path string) error {
 	return f.Close()
 }
 
-// shimSockets lists the sockets of this containerd's shims. They live in
-// /run/containerd/s whatever the state dir is; each task's bundle records
-// its shim's address.
-func (c *containerd) shimSockets() []string {
-	files, _ := filepath.Glob(filepath.Join(c.dir, "state", "io.containerd.runtime.v2.task", "*", "*", "address"))
+// shimSockets lists the sockets of this containerd's shims among pids.
+// Shims put them in /run/containerd/s whatever containerd's state dir is,
+// named by a hash of containerd's address, the namespace and the task id
+// the shim was started for, which its command line gives.
+func (c *containerd) shimSockets(pids []int) []string {
 	var socks []string
-	for _, f := range files {
-		addr, err := os.ReadFile(f)
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil {
 			continue
 		}
-		if p, ok := strings.CutPrefix(strings.TrimSpace(string(addr)), "unix://"); ok {
-			socks = append(socks, p)
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		if filepath.Base(args[0]) != "containerd-shim-runc-v2" {
+			continue
 		}
+		flags := map[string]string{}
+		for i := 1; i+1 < len(args); i++ {
+			if strings.HasPrefix(args[i], "-") {
+				flags[strings.TrimLeft(args[i], "-")] = args[i+1]
+			}
+		}
+		if flags["address"] != c.sock || flags["id"] == "" {
+			continue
+		}
+		sum := sha256.Sum256([]byte(filepath.Join(c.sock, flags["namespace"], flags["id"])))
+		socks = append(socks, fmt.Sprintf("/run/containerd/s/%x", sum))
 	}
 	return socks
 }

@@ -159,15 +159,17 @@ func (n *Node) teardown(host *hostState) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var socks []string
+	if n.ctrd != nil {
+		socks = n.ctrd.shimSockets(n.cg.pids())
+	}
 	errs := []error{n.cg.remove(ctx)}
 	if n.unlink != nil {
 		errs = append(errs, n.unlink())
 	}
-	if n.ctrd != nil {
-		for _, s := range n.ctrd.shimSockets() {
-			if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
+	for _, s := range socks {
+		if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
 		}
 	}
 	errs = append(errs, unmountUnder(n.Dir), host.restore(filepath.Join(n.Dir, "kubelet", "pods")))
