@@ -31,6 +31,8 @@ func (p PodSpec) Manifest() []byte {
 	c := map[string]any{
 		"name": Container, "image": Image, "imagePullPolicy": "Never",
 		"command": []string{"/bin/sh", "-c", p.Script},
+		// A failed container's status shows the end of its output.
+		"terminationMessagePolicy": "FallbackToLogsOnError",
 	}
 	if len(p.Limits) > 0 {
 		c["resources"] = map[string]any{"limits": p.Limits}
