@@ -58,7 +58,7 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := b.checkPodTTYs(ctx, t, pod)
+	held, id := b.checkPodTTYs(ctx, t, pod)
 
 	// A kubelet restart: the pod keeps running with the same devices, and
 	// the bridge registers with the new kubelet.
@@ -74,8 +74,8 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	if a, p := after.Status.ContainerStatuses[0], pod.Status.ContainerStatuses[0]; a.ContainerID != p.ContainerID || a.RestartCount != 0 {
 		t.Fatalf("after the kubelet restart the container is %s (restarts %d), was %s", a.ContainerID, a.RestartCount, p.ContainerID)
 	}
-	if again := b.checkPodTTYs(ctx, t, after); !slices.Equal(again, held) {
-		t.Fatalf("after the kubelet restart the pod has %v, had %v", again, held)
+	if again, againID := b.checkPodTTYs(ctx, t, after); !slices.Equal(again, held) || againID != id {
+		t.Fatalf("after the kubelet restart the pod has %v for %s, had %v for %s", again, againID, held, id)
 	}
 
 	// Removing the pod frees its ttys within the GC bound.
@@ -116,6 +116,7 @@ type bridgeRun struct {
 	conf   string
 	state  string
 	socket string // the kubelet's device-plugin dir
+	logLen int    // how much of the pod's output has been read
 }
 
 func startBridge(t *testing.T, n *Node, bin string, reserved int) *bridgeRun {
@@ -257,10 +258,10 @@ func (b *bridgeRun) specs(t *testing.T) map[string][]string {
 }
 
 // checkPodTTYs checks that the pod sees exactly two ttys with the host's
-// device numbers, that they are the ones the kubelet allocated, the
-// plugin holds for one bridge-made request-id, and the CDI spec names,
-// and returns them.
-func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) []string {
+// device numbers (in output printed since the last check), that they are
+// the ones the kubelet allocated, the plugin holds for one bridge-made
+// request-id, and the CDI spec names, and returns them and the id.
+func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
 	t.Helper()
 	line := b.lastDevLine(ctx, t, pod.Metadata.Name)
 	var seen []string
@@ -297,11 +298,11 @@ func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) []s
 		}
 	}
 	t.Logf("the pod sees %s; the kubelet allocated %v to %s", line, keys, allocs[0].RequestID)
-	return seen
+	return seen, allocs[0].RequestID
 }
 
-// lastDevLine returns the last complete "devs" line the pod printed,
-// waiting for one.
+// lastDevLine returns the last complete "devs" line the pod printed since
+// the previous call, waiting for one.
 func (b *bridgeRun) lastDevLine(ctx context.Context, t *testing.T, pod string) string {
 	var line string
 	err := waitFor(ctx, "the pod's output", func(ctx context.Context) error {
@@ -309,14 +310,18 @@ func (b *bridgeRun) lastDevLine(ctx context.Context, t *testing.T, pod string) s
 		if err != nil {
 			return err
 		}
-		lines := strings.Split(out, "\n")
+		if len(out) < b.logLen {
+			return fmt.Errorf("the pod's output shrank to %d bytes from %d", len(out), b.logLen)
+		}
+		fresh := out[b.logLen:]
+		lines := strings.Split(fresh, "\n")
 		for i := len(lines) - 2; i >= 0; i-- { // the last element follows the last newline
 			if strings.HasPrefix(lines[i], "devs") {
-				line = lines[i]
+				line, b.logLen = lines[i], len(out)
 				return nil
 			}
 		}
-		return fmt.Errorf("no devs line in %q", out)
+		return fmt.Errorf("no new devs line in %q", fresh)
 	}, b.n.Kubelet)
 	if err != nil {
 		t.Fatal(err)
