@@ -84,10 +84,19 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	if _, err := n.WaitPod(ctx, StaticName("ttys"), Gone); err != nil {
 		t.Fatal(err)
 	}
+	b.waitFreed(ctx, t, removed, held)
+
+	b.stop(t)
+}
+
+// waitFreed waits, within the GC bound, until the plugin holds nothing
+// and the CDI spec file is gone.
+func (b *bridgeRun) waitFreed(ctx context.Context, t *testing.T, removed time.Time, held []string) {
+	t.Helper()
 	bound := gcGrace + 2*gcInterval + 20*time.Second
-	gcCtx, gcCancel := context.WithTimeout(ctx, bound)
-	defer gcCancel()
-	err = waitFor(gcCtx, "the bridge to free the removed pod's ttys", func(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	err := waitFor(ctx, "the bridge to free the removed pod's ttys", func(ctx context.Context) error {
 		if l := b.allocations(ctx, t); len(l) > 0 {
 			return fmt.Errorf("still held: %+v", l)
 		}
@@ -95,13 +104,11 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 			return fmt.Errorf("spec files left: %v", specs)
 		}
 		return nil
-	}, b.d, n.Kubelet)
+	}, b.d, b.n.Kubelet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("freed %v %.1fs after the manifest was removed (bound %v)", held, time.Since(removed).Seconds(), bound)
-
-	b.stop(t)
 }
 
 // devLoop prints the container's tty device nodes with their numbers
