@@ -58,13 +58,15 @@ func (p PodSpec) Manifest() []byte {
 func StaticName(name string) string { return name + "-" + NodeName }
 
 // AddStaticPod writes p's manifest to the kubelet's static pod directory.
+// It writes it beside the directory and renames it in: the kubelet reads
+// every file there, a half-written or temporary one too.
 func (n *Node) AddStaticPod(p PodSpec) {
 	n.t.Helper()
-	path := filepath.Join(n.kl.manifests, p.Name+".json")
-	if err := os.WriteFile(path+".tmp", p.Manifest(), 0o644); err != nil {
+	tmp := filepath.Join(filepath.Dir(n.kl.manifests), p.Name+".json")
+	if err := os.WriteFile(tmp, p.Manifest(), 0o644); err != nil {
 		n.t.Fatal(err)
 	}
-	if err := os.Rename(path+".tmp", path); err != nil {
+	if err := os.Rename(tmp, filepath.Join(n.kl.manifests, p.Name+".json")); err != nil {
 		n.t.Fatal(err)
 	}
 }
