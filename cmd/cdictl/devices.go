@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,17 +10,16 @@ import (
 
 	"github.com/jaypipes/pcidb"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
-// device is one row of `cdictl devices`.
+// device is one row of `cdictl devices`: a device as its plugin's DEVICES
+// answer gives it, with the names of its PCI ids.
 type device struct {
-	skel.DeviceInfo
-	VendorID string `json:"vendorId,omitempty"`
-	DeviceID string `json:"deviceId,omitempty"`
-	Vendor   string `json:"vendor,omitempty"`  // name from the PCI ids database
-	Product  string `json:"product,omitempty"` // name from the PCI ids database
+	protocol.DeviceInfo
+	Vendor  string `json:"vendor,omitempty"`  // name from the PCI ids database
+	Product string `json:"product,omitempty"` // name from the PCI ids database
 }
 
 // pciNames looks PCI ids up in the host's pci.ids, loaded at most once and
@@ -65,84 +65,101 @@ func (p *pciNames) lookup(vendor, product string) (string, string) {
 	return v.Name, ""
 }
 
-// devices lists what every configured plugin sees, through the plugins'
-// DEVICES extension, with PCI ids read from sysfs and names from pci.ids
-// when it is installed.
+func devicesCommand() *command {
+	return &command{name: "devices", args: "[TYPE]", summary: "every device each plugin sees: ids, names, NUMA, usable or why not, holder",
+		example: "cdictl devices\n  cdictl devices -o table gpu", setup: noFlags((*app).devices)}
+}
+
+// devicesEntry is one plugin's inventory. NoInventory marks a plugin that
+// has none of its own: it answered DEVICES with code 3 (unsupported).
+type devicesEntry struct {
+	outcome
+	NoInventory bool     `json:"noInventory,omitempty"`
+	Devices     []device `json:"devices"`
+}
+
+// devices lists what every configured plugin sees, as the plugins' DEVICES
+// answers give it (cdictl reads no sysfs itself), with the names of the
+// PCI ids they report from pci.ids when the host has it.
 func (a *app) devices(args []string) int {
-	typ, ok := a.typeArg(args)
+	types, ok := a.typeArg(args)
 	if !ok {
 		return exitUsage
 	}
-	root := a.getenv("CDI_HOST_ROOT")
-	if root == "" {
-		root = skel.DefaultHostRoot
+	confs, err := a.configs(types...)
+	if err != nil {
+		return a.fail(err)
 	}
-	host := sysfs.NewHost(root)
-	names := &pciNames{root: root, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
-	type entry struct {
-		outcome
-		Devices []device `json:"devices"`
-	}
-	var out []entry
-	status := exitOK
-	for _, conf := range a.configs(typ) {
-		e := entry{outcome: outcomeOf(conf, nil), Devices: []device{}}
-		r, err := a.caller().Extension(a.ctx(), conf, skel.CmdDevices)
-		var list []skel.DeviceInfo
-		if err == nil {
-			err = json.Unmarshal(r.Object["devices"], &list)
-		}
-		if err != nil {
-			a.pluginErr(err)
-			e.Error = toErrorJSON(err)
-			status = exitFailed
-		}
+	names := &pciNames{root: a.cfg.HostRoot, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
+	out, failed := callEach(a, confs, func(conf caller.Config, e *devicesEntry) error {
+		e.Devices = []device{}
+		list, has, err := a.inventory(conf)
+		e.NoInventory = !has
 		for _, d := range list {
 			row := device{DeviceInfo: d}
-			if sysfs.IsPCIAddr(d.Key) {
-				dir := host.PCIDir(d.Key)
-				row.VendorID, _ = sysfs.ReadAttr(dir + "/vendor")
-				row.DeviceID, _ = sysfs.ReadAttr(dir + "/device")
-				if row.VendorID != "" {
-					row.Vendor, row.Product = names.lookup(strings.ToLower(row.VendorID), strings.ToLower(row.DeviceID))
-				}
+			if d.VendorID != "" {
+				row.Vendor, row.Product = names.lookup(strings.ToLower(d.VendorID), strings.ToLower(d.DeviceID))
 			}
 			e.Devices = append(e.Devices, row)
 		}
-		out = append(out, e)
+		return err
+	})
+	a.report("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", func() [][]string { return deviceRows(out) },
+		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "plugins", Value: out})
+	return status(failed)
+}
+
+// inventory asks one plugin for its DEVICES answer. has is false when the
+// plugin has no inventory of its own (code 3, unsupported), which is no
+// failure.
+func (a *app) inventory(conf caller.Config) (devs []protocol.DeviceInfo, has bool, err error) {
+	r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
+	var pe *caller.PluginError
+	if errors.As(err, &pe) && pe.Code() == protocol.CodeCommandUnsupported {
+		return nil, false, nil
 	}
-	if a.output == "table" {
-		var rows [][]string
-		for _, e := range out {
-			if e.Error != nil {
-				rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "error: " + e.Error.Msg + " " + e.Error.Details})
-			}
-			for _, d := range e.Devices {
-				id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")
-				name := strings.TrimSpace(d.Vendor + " " + d.Product)
-				if id == "" {
-					id = "-"
-				}
-				if name == "" {
-					name = "-"
-				}
-				numa := "-"
-				if d.NUMA >= 0 {
-					numa = fmt.Sprint(d.NUMA)
-				}
-				state := "free"
-				switch {
-				case d.HeldBy != "":
-					state = "held by " + d.HeldBy
-				case !d.Usable:
-					state = "unusable: " + d.Reason
-				}
-				rows = append(rows, []string{e.Type, e.Plugin, d.Key, strings.Join(d.Nodes, " "), id, name, numa, state})
-			}
+	if err != nil {
+		return nil, true, err
+	}
+	if err := json.Unmarshal(r.Object["devices"], &devs); err != nil {
+		return nil, true, fmt.Errorf("%s: DEVICES answer: %w", conf.Plugin, err)
+	}
+	return devs, true, nil
+}
+
+// deviceRows is the table of devices: one row per device, and one per
+// plugin that failed.
+func deviceRows(out []devicesEntry) [][]string {
+	var rows [][]string
+	for _, e := range out {
+		switch {
+		case e.Error != nil:
+			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", e.Error.String()})
+		case e.NoInventory:
+			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "no inventory (DEVICES unsupported)"})
 		}
-		a.table("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", rows)
-		return status
+		for _, d := range e.Devices {
+			id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")
+			name := strings.TrimSpace(d.Vendor + " " + d.Product)
+			if id == "" {
+				id = "-"
+			}
+			if name == "" {
+				name = "-"
+			}
+			numa := "-"
+			if d.NUMA >= 0 {
+				numa = fmt.Sprint(d.NUMA)
+			}
+			state := "free"
+			switch {
+			case d.HeldBy != "":
+				state = "held by " + d.HeldBy
+			case !d.Usable:
+				state = "unusable: " + d.Reason
+			}
+			rows = append(rows, []string{e.Type, e.Plugin, d.Key, strings.Join(d.Nodes, " "), id, name, numa, state})
+		}
 	}
-	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "plugins", Value: nonNil(out)}})
-	return status
+	return rows
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // FuzzDispatcher drives the engine with random environment and stdin and
@@ -29,7 +31,13 @@ func FuzzDispatcher(f *testing.F) {
 		p := fake{info: map[string]int{"gpu": 1}, add: &AddResult{Devices: []string{"/dev/x"}}}
 		status := d.Run(context.Background(), About{New: func(c *Call) (Plugin, error) { return p, c.Config.DecodeArgs(&struct{}{}) }})
 
-		upper := strings.ToUpper(cmd)
+		// ASCII case only: "verſion" is not VERSION.
+		upper := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' {
+				return r - 'a' + 'A'
+			}
+			return r
+		}, cmd)
 		if out.Len() == 0 {
 			if status != 0 {
 				t.Fatalf("status %d with no output", status)
@@ -47,19 +55,19 @@ func FuzzDispatcher(f *testing.F) {
 		if !strings.HasPrefix(out.String(), "{\n  \"cdiVersion\": ") {
 			t.Fatalf("cdiVersion not first:\n%s", out.String())
 		}
-		if v, _ := obj["cdiVersion"].(string); !Supported(v) {
+		if v, _ := obj["cdiVersion"].(string); !protocol.Supported(v) {
 			t.Fatalf("answered in unsupported version %q", v)
 		}
 		code, isErr := obj["code"].(float64)
 		switch {
-		case upper == CmdVersion || upper == CmdDel:
+		case upper == protocol.CmdVersion || upper == protocol.CmdDel:
 			if status != 0 {
 				t.Fatalf("%s exited %d", upper, status)
 			}
 		case isErr && status != 1, !isErr && status != 0:
 			t.Fatalf("status %d for %v", status, obj)
 		}
-		if isErr && code == CodeInternal {
+		if isErr && code == protocol.CodeInternal {
 			t.Fatalf("engine failed internally: %v\n%s", obj, errOut.String())
 		}
 	})

@@ -69,15 +69,40 @@ func (h *Host) PCIFunctions() ([]string, error) {
 }
 
 // VFs lists the addresses of a PF's VFs from its virtfnN links, in VF
-// order, reading at most count links.
+// order, reading at most count links. The kernel numbers a PF's VFs
+// 0..numvfs-1 without gaps, so the list ends at the first missing link: a
+// PF still losing its VFs (virtfn0 gone, virtfn1 not yet) has none, not
+// the ones that are left.
 func VFs(pf *Dir, count int) []string {
 	var out []string
 	for k := range count {
-		if a := pf.LinkBase(fmt.Sprintf("virtfn%d", k)); a != "" {
-			out = append(out, a)
+		a := pf.LinkBase(fmt.Sprintf("virtfn%d", k))
+		if a == "" {
+			break
 		}
+		out = append(out, a)
 	}
 	return out
+}
+
+// VFsSettled reports whether a PF's VF links are what sriov_numvfs = n
+// leaves once the kernel and udev are done: exactly virtfn0..virtfn(n-1),
+// each pointing at a present device, and no virtfnK for n <= K < total.
+// While VFs are being removed or created the links come and go in any
+// order, so a count of the first links is not enough.
+func VFsSettled(pf *Dir, n, total int) bool {
+	var st unix.Stat_t
+	for k := range max(n, total) {
+		name := fmt.Sprintf("virtfn%d", k)
+		if k < n {
+			if unix.Fstatat(pf.fd, name, &st, 0) != nil { // missing or dangling
+				return false
+			}
+		} else if unix.Fstatat(pf.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // WriteAttr writes value to a sysfs attribute, bounded by ctx: a write

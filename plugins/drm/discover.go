@@ -14,6 +14,7 @@ type gpu struct {
 	Device pool.Device
 	Reason string   // "" when usable
 	minors []string // every DRM node of the device, "/dev/dri/<minor>"
+	dir    string   // its sysfs device directory
 }
 
 // inventory lists the host's DRM devices and decides for each whether the
@@ -26,7 +27,7 @@ func inventory(h *sysfs.Host, f filter, scan pool.Scan) ([]gpu, error) {
 	}
 	out := make([]gpu, 0, len(devs))
 	for _, d := range devs {
-		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1}}
+		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1, Dir: d.Dir}, dir: d.Dir}
 		for _, m := range d.Minors {
 			g.minors = append(g.minors, "/dev/dri/"+m.Name)
 		}
@@ -87,12 +88,15 @@ func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device, scan po
 	case len(minors) == 0:
 		return "wanted device node missing from /dev"
 	}
-	dev.Resolve = func() []string {
+	dev.Resolve = func() ([]string, error) {
 		nodes := make([]string, len(minors))
 		for i, m := range minors {
-			nodes[i] = h.ResolveNode(d.MinorDir(m), "dri/"+m.Name)
+			var err error
+			if nodes[i], err = h.ResolveNode(d.MinorDir(m), "dri/"+m.Name); err != nil {
+				return nil, err
+			}
 		}
-		return nodes
+		return nodes, nil
 	}
 	if scan.NUMA && isPCI {
 		dev.NUMA = dir.NUMA()

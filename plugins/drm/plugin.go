@@ -1,17 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 const name = "drm"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "hands whole GPUs to containers as their DRM device nodes", New: newPlugin}
 
 // args are the drm plugin's config args (docs/plugins.md).
 type args struct {
@@ -32,7 +34,8 @@ type filter struct {
 
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
-	if err := c.Config.DecodeArgs(&a); err != nil {
+	spec, err := pool.Args(c.Config, &a)
+	if err != nil {
 		return nil, err
 	}
 	f, strict, err := a.validate()
@@ -40,7 +43,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.Pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory, Place: p.place}
 	return p, nil
 }
 
@@ -80,7 +83,7 @@ type plugin struct {
 	filter filter
 }
 
-func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
+func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	gpus, err := inventory(p.host, p.filter, scan)
 	if err != nil {
 		return nil, err
@@ -94,18 +97,35 @@ func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
 	return out, nil
 }
 
-func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
-	gpus, err := inventory(p.host, p.filter, pool.Scan{NUMA: true})
+func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+	gpus, err := inventory(p.host, p.filter, pool.Scan{}) // NUMA: from Place below
 	if err != nil {
 		return nil, err
 	}
-	out := make([]skel.DeviceInfo, len(gpus))
+	out := make([]protocol.DeviceInfo, len(gpus))
 	for i, g := range gpus {
 		nodes := g.Device.Nodes
+		if g.Reason == "" {
+			if _, err := g.Device.Resolve(); err != nil {
+				g.Reason = err.Error() // ADD would not hand it out
+			}
+		}
 		if g.Reason != "" {
 			nodes = g.minors // what the device has, for people to see
 		}
-		out[i] = skel.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
+		numa, pcie := p.host.Place(p.host.SysPath(g.dir)) // unusable devices too
+		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: numa, Usable: g.Reason == "", Reason: g.Reason,
+			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key)}
+		if sysfs.IsPCIAddr(g.Device.Key) {
+			out[i].VendorID = lower(sysfs.ReadAttr(g.dir + "/vendor"))
+			out[i].DeviceID = lower(sysfs.ReadAttr(g.dir + "/device"))
+		}
 	}
 	return out, nil
+}
+
+// place is where a GPU sits: its NUMA node, read by discovery for ADD, and
+// its PCIe chain, parsed from the device directory discovery resolved.
+func (p *plugin) place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
+	return d.NUMA, sysfs.ParsePCIe(p.host.SysPath(d.Dir)).Chain()
 }

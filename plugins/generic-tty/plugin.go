@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,13 +9,14 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/alloc"
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 const name = "generic-tty"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "hands tty device nodes to containers", New: newPlugin}
 
 // args are the plugin's config args (docs/plugins.md).
 type args struct {
@@ -25,6 +27,8 @@ type args struct {
 	// Pattern selects the tty family: "tty" (default), "ttyS", "ttyUSB", ...
 	// A trailing "*" is accepted and ignored.
 	Pattern string `json:"pattern"`
+	// NUMAPolicy is "preferred" (default) or "strict".
+	NUMAPolicy string `json:"numa_policy"`
 }
 
 type plugin struct {
@@ -36,7 +40,8 @@ type plugin struct {
 
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
-	if err := c.Config.DecodeArgs(&a); err != nil {
+	spec, err := pool.Args(c.Config, &a)
+	if err != nil {
 		return nil, err
 	}
 	if a.NumSystemReserved < 0 {
@@ -49,11 +54,15 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if !validPrefix(prefix) {
 		return nil, fmt.Errorf("pattern %q: want a tty family name of ASCII letters, such as \"ttyS\"", a.Pattern)
 	}
+	strict, err := pool.StrictNUMA(a.NUMAPolicy)
+	if err != nil {
+		return nil, err
+	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), prefix: prefix, firstIdx: a.NumSystemReserved}
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
-	p.Pool = pool.Pool{Name: name, Call: c, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory, Place: p.place}
 	return p, nil
 }
 
@@ -71,7 +80,7 @@ func validPrefix(s string) bool {
 
 // discover lists the usable ttys: in the family, not reserved, with a node
 // under /dev.
-func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
+func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no tty class at all: nothing to hand out
@@ -89,14 +98,17 @@ func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
 		}
 		devs = append(devs, pool.Device{
 			Key: t.Name, Index: t.Index, NUMA: alloc.Unknown, Nodes: []string{"/dev/" + t.Name},
-			Resolve: func() []string { return []string{p.host.TTYNode(t)} },
+			Resolve: func() ([]string, error) {
+				n, err := p.host.TTYNode(t)
+				return []string{n}, err
+			},
 		})
 	}
 	return devs, nil
 }
 
 // inventory lists every tty of the family and why it is not handed out.
-func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
+func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -104,21 +116,51 @@ func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]skel.DeviceInfo, 0, len(ttys))
+	out := make([]protocol.DeviceInfo, 0, len(ttys))
 	for _, t := range ttys {
-		d := skel.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}, NUMA: alloc.Unknown}
+		d := protocol.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}}
+		var pcie sysfs.PCIe
+		d.NUMA, pcie = p.locate(t.Name)
+		d.PCIeRoot, d.PCIeBridges = pcie.Root, pcie.Bridges("")
 		switch {
 		case p.prefix == "tty" && t.Index == 0:
 			d.Reason = "the current console, never handed out"
 		case t.Index < p.firstIdx:
 			d.Reason = "reserved (num_system_reserved)"
 		case !p.host.Usable(t):
-			d.Reason = "no /dev node"
+			d.Reason = "no /dev node (or not a character device)"
 		default:
+			node, err := p.host.TTYNode(t)
+			if err != nil {
+				d.Reason = err.Error()
+				break
+			}
 			d.Usable = true
-			d.Nodes = []string{p.host.TTYNode(t)}
+			d.Nodes = []string{node}
 		}
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// place is where a tty sits, for the choice.
+func (p *plugin) place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
+	numa, pcie := p.locate(d.Key)
+	return numa, pcie.Chain()
+}
+
+// locate reads where a tty sits: the NUMA node and PCIe place of the PCI
+// function it hangs off (a USB serial adapter's controller, a PCI serial
+// card), through its class link. Virtual consoles (the "tty" family) and
+// platform UARTs sit on no PCI function: unknown, and for the consoles
+// without a read.
+func (p *plugin) locate(name string) (int, sysfs.PCIe) {
+	if p.prefix == "tty" {
+		return alloc.Unknown, sysfs.PCIe{}
+	}
+	path, err := p.host.ClassDevice("tty", name)
+	if err != nil {
+		return alloc.Unknown, sysfs.PCIe{}
+	}
+	return p.host.Place(path)
 }

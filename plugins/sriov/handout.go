@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
@@ -18,14 +18,14 @@ import (
 
 // handout binds the chosen VFs to vf_driver when configured, then gets
 // their nodes from the delegate, or their VFIO groups.
-func (p *plugin) handout(item abnf.Item, chosen []pool.Device) (pool.Handout, error) {
+func (p *plugin) handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []pool.Device) (pool.Handout, error) {
 	addrs := make([]string, len(chosen))
 	for i, d := range chosen {
 		addrs[i] = d.Key
 	}
 	if p.vfDriver != "" {
 		for _, a := range addrs {
-			if err := p.bind(a); err != nil {
+			if err := p.bind(ctx, a); err != nil {
 				return pool.Handout{}, err
 			}
 		}
@@ -34,13 +34,13 @@ func (p *plugin) handout(item abnf.Item, chosen []pool.Device) (pool.Handout, er
 		nodes, err := p.vfio(addrs)
 		return pool.Handout{Nodes: nodes}, err
 	}
-	devices, err := p.delegateAdd(item, addrs)
+	devices, err := p.delegateAdd(ctx, c, item, addrs)
 	if err != nil {
 		return pool.Handout{}, err
 	}
-	undo := func() {
-		if err := p.delegateDel(p.delegate.Plugin, p.call.RequestID, addrs); err != nil {
-			p.call.Warnf("rolling back delegate %s: %v", p.delegate.Plugin, err)
+	undo := func(ctx context.Context) {
+		if err := p.delegateDel(ctx, c, p.delegate.Plugin, c.RequestID, addrs); err != nil {
+			c.Warnf("rolling back delegate %s: %v", p.delegate.Plugin, err)
 		}
 	}
 	return pool.Handout{Nodes: devices, Delegate: p.delegate.Plugin, Undo: undo}, nil
@@ -48,74 +48,72 @@ func (p *plugin) handout(item abnf.Item, chosen []pool.Device) (pool.Handout, er
 
 // bind makes sure a VF is bound to vf_driver, through driver_override and
 // a probe, each bounded by the setup timeout.
-func (p *plugin) bind(addr string) error {
+func (p *plugin) bind(ctx context.Context, addr string) error {
 	dir := p.host.PCIDir(addr)
 	d, err := sysfs.OpenDir(dir)
 	if err != nil {
-		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 	}
 	defer d.Close()
 	if d.LinkBase("driver") == p.vfDriver {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	if err := sysfs.WriteAttr(ctx, dir+"/driver_override", p.vfDriver); err != nil {
-		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 	}
 	if d.LinkBase("driver") != "" {
 		if err := sysfs.WriteAttr(ctx, dir+"/driver/unbind", addr); err != nil {
-			return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+			return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 		}
 	}
 	if err := sysfs.WriteAttr(ctx, p.host.Sys("bus", "pci", "drivers_probe"), addr); err != nil {
-		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 	}
 	err = sysfs.WaitFor(ctx, fmt.Sprintf("%s bound to %s", addr, p.vfDriver), func() bool {
 		return d.LinkBase("driver") == p.vfDriver
 	})
 	if err != nil {
-		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 	}
 	return nil
 }
 
-// vfio returns each VF's VFIO group node, then the container node.
+// vfio returns each VF's VFIO group node, then the container node. Each VF
+// must be bound to vfio-pci (or vf_driver), as its driver link says.
 func (p *plugin) vfio(addrs []string) ([]string, error) {
 	var nodes []string
 	for _, a := range addrs {
 		d, err := sysfs.OpenDir(p.host.PCIDir(a))
 		if err != nil {
-			return nil, skel.Errorf(skel.CodeSetup, "VF %s: %w", a, err)
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: %w", a, err)
 		}
-		group := d.LinkBase("iommu_group")
+		group, drv := d.LinkBase("iommu_group"), d.LinkBase("driver")
 		d.Close()
 		if group == "" {
-			return nil, skel.Errorf(skel.CodeSetup, "VF %s has no IOMMU group (is the IOMMU enabled?)", a)
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s has no IOMMU group (is the IOMMU enabled?)", a)
 		}
-		node := ""
-		for _, name := range []string{"vfio/" + group, "vfio/noiommu-" + group} {
-			if p.host.NodeExists(name) {
-				node = "/dev/" + name
-				break
-			}
+		if drv != p.wantDriver() {
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s is bound to %q, not %s", a, drv, p.wantDriver())
 		}
+		node := p.groupNode(group)
 		if node == "" {
-			return nil, skel.Errorf(skel.CodeSetup, "VF %s: no /dev/vfio/%s; is it bound to vfio-pci?", a, group)
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: no /dev/vfio/%s; is it bound to vfio-pci?", a, group)
 		}
 		if !slices.Contains(nodes, node) {
 			nodes = append(nodes, node)
 		}
 	}
 	if !p.host.NodeExists("vfio/vfio") {
-		return nil, skel.Errorf(skel.CodeSetup, "/dev/vfio/vfio does not exist (is vfio loaded?)")
+		return nil, protocol.Errorf(protocol.CodeSetup, "/dev/vfio/vfio does not exist (is vfio loaded?)")
 	}
 	return append(nodes, "/dev/vfio/vfio"), nil
 }
 
 // delegateConfig is the config the delegate gets: its args plus the VFs in
 // pci_addresses, under our type and version.
-func (p *plugin) delegateConfig(plugin string, addrs []string) ([]byte, error) {
+func (p *plugin) delegateConfig(c *skel.Call, plugin string, addrs []string) ([]byte, error) {
 	args := map[string]any{}
 	if p.delegate != nil && p.delegate.Plugin == plugin && len(p.delegate.Args) > 0 && string(p.delegate.Args) != "null" {
 		var m map[string]json.RawMessage
@@ -128,50 +126,42 @@ func (p *plugin) delegateConfig(plugin string, addrs []string) ([]byte, error) {
 	}
 	args["pci_addresses"] = addrs
 	return json.Marshal(map[string]any{
-		"cdiVersion": p.call.Version,
-		"name":       p.call.Config.Name + " (delegate)",
-		"type":       p.call.Config.Type,
+		"cdiVersion": c.Version,
+		"name":       c.Config.Name + " (delegate)",
+		"type":       c.Config.Type,
 		"plugin":     plugin,
 		"args":       args,
 	})
 }
 
-func (p *plugin) runDelegate(plugin, id string, addrs []string, env ...string) (*invoke.Reply, error) {
-	conf, err := p.delegateConfig(plugin, addrs)
+func (p *plugin) runDelegate(ctx context.Context, c *skel.Call, plugin, id string, addrs []string, env ...string) (*invoke.Reply, error) {
+	conf, err := p.delegateConfig(c, plugin, addrs)
 	if err != nil {
 		return nil, err
 	}
-	env = append(env, "CDI_VERSION="+p.call.Version, "CDI_REQUEST_ID="+id)
-	return invoke.Run(context.Background(), invoke.Call{Plugin: plugin, Path: p.call.Env.Path, Env: env, Config: conf})
+	env = append(env, protocol.EnvVersion+"="+c.Version, protocol.EnvRequestID+"="+id)
+	return invoke.Run(ctx, invoke.Call{Plugin: plugin, Path: c.Env.Path, Env: env, Config: conf})
 }
 
 // delegateAdd runs the delegate's ADD for the chosen VFs.
-func (p *plugin) delegateAdd(item abnf.Item, addrs []string) ([]string, error) {
-	numa := ""
-	if p.call.Locality != nil {
-		s := make([]string, len(p.call.Locality))
-		for i, n := range p.call.Locality {
-			s[i] = fmt.Sprint(n)
-		}
-		numa = strings.Join(s, ",")
-	}
-	r, err := p.runDelegate(p.delegate.Plugin, p.call.RequestID, addrs, "CDI_COMMAND=ADD",
-		fmt.Sprintf("CDI_REQUEST=%s:%d", item.Spec, len(addrs)), "CDI_REQUEST_NUMA_LOCALITY="+numa)
+func (p *plugin) delegateAdd(ctx context.Context, c *skel.Call, item abnf.Item, addrs []string) ([]string, error) {
+	r, err := p.runDelegate(ctx, c, p.delegate.Plugin, c.RequestID, addrs, protocol.EnvCommand+"="+protocol.CmdAdd,
+		fmt.Sprintf("%s=%s:%d", protocol.EnvRequest, item.Spec, len(addrs)), protocol.EnvNUMA+"="+abnf.FormatNUMA(c.Locality))
 	if err != nil {
 		return nil, delegateError(p.delegate.Plugin, err)
 	}
 	var devices []string
 	if err := json.Unmarshal(r.Object["devices"], &devices); err != nil {
-		return nil, skel.Errorf(skel.CodeDelegate, "delegate %s: answer has no devices list: %s", p.delegate.Plugin, r.Raw)
+		return nil, protocol.Errorf(protocol.CodeDelegate, "delegate %s: answer has no devices list: %s", p.delegate.Plugin, r.Raw)
 	}
 	return devices, nil
 }
 
 // delegateDel runs the delegate's DEL; an unknown request-id is fine.
-func (p *plugin) delegateDel(plugin, id string, addrs []string) error {
-	_, err := p.runDelegate(plugin, id, addrs, "CDI_COMMAND=DEL", "CDI_REQUEST=", "CDI_REQUEST_NUMA_LOCALITY=")
+func (p *plugin) delegateDel(ctx context.Context, c *skel.Call, plugin, id string, addrs []string) error {
+	_, err := p.runDelegate(ctx, c, plugin, id, addrs, protocol.EnvCommand+"="+protocol.CmdDel, protocol.EnvRequest+"=", protocol.EnvNUMA+"=")
 	var pe *invoke.Error
-	if errors.As(err, &pe) && pe.Code == skel.CodeUnknownRequestID {
+	if errors.As(err, &pe) && pe.Code == protocol.CodeUnknownRequestID {
 		return nil
 	}
 	if err != nil {
@@ -181,7 +171,7 @@ func (p *plugin) delegateDel(plugin, id string, addrs []string) error {
 }
 
 // teardown sends DEL to the delegates of a record before it is deleted.
-func (p *plugin) teardown(rec *store.Record) error {
+func (p *plugin) teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
 	var errs []error
 	for _, a := range rec.Allocations {
 		if a.Delegate == "" {
@@ -191,7 +181,7 @@ func (p *plugin) teardown(rec *store.Record) error {
 		for i, d := range a.Devices {
 			keys[i] = d.Key
 		}
-		if err := p.delegateDel(a.Delegate, rec.ID, keys); err != nil {
+		if err := p.delegateDel(ctx, c, a.Delegate, rec.ID, keys); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -203,7 +193,7 @@ func delegateError(plugin string, err error) error {
 	var pe *invoke.Error
 	if errors.As(err, &pe) {
 		b, _ := json.Marshal(pe)
-		return skel.Errorf(skel.CodeDelegate, "delegate %s failed: %s", plugin, b)
+		return protocol.Errorf(protocol.CodeDelegate, "delegate %s failed: %s", plugin, b)
 	}
-	return skel.Errorf(skel.CodeDelegate, "delegate %s failed: %v", plugin, err)
+	return protocol.Errorf(protocol.CodeDelegate, "delegate %s failed: %v", plugin, err)
 }

@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
@@ -97,11 +97,11 @@ func plan(current, total, want int, busy bool) ([]int, error) {
 }
 
 // prepare runs inside ADD's store transaction: it makes sure each selected
-// PF has its VFs and returns the VFs as candidates.
-func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
+// PF has its VFs and returns the VFs that can be handed out as candidates.
+func (p *plugin) prepare(ctx context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	pfs, err := p.pfs()
 	if err != nil {
-		return nil, skel.Errorf(skel.CodeInternal, "finding PFs: %w", err)
+		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)
 	}
 	defer func() {
 		for _, f := range pfs {
@@ -113,28 +113,22 @@ func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
 		vfs := sysfs.VFs(f.dir, f.current)
 		busy := false
 		for _, vf := range vfs {
-			busy = busy || tx.Holder(vf) != ""
+			busy = busy || scan.Held(vf)
 		}
 		writes, err := plan(f.current, f.total, p.numVFs, busy)
 		if err != nil {
-			return nil, skel.Errorf(skel.CodeSetup, "PF %s: %w", f.addr, err)
+			return nil, protocol.Errorf(protocol.CodeSetup, "PF %s: %w", f.addr, err)
 		}
 		if len(writes) > 0 {
-			if err := p.partition(f, writes); err != nil {
+			if err := p.partition(ctx, f, writes); err != nil {
 				return nil, err
 			}
 			f.current = writes[len(writes)-1]
-			vfs = sysfs.VFs(f.dir, f.current)
 		}
-		for k, vf := range vfs {
-			numa := f.numa
-			if d, err := sysfs.OpenDir(p.host.PCIDir(vf)); err == nil {
-				if n := d.NUMA(); n >= 0 {
-					numa = n
-				}
-				d.Close()
+		for k, vf := range p.vfStates(f) {
+			if vf.reason == "" {
+				devs = append(devs, pool.Device{Key: vf.addr, Index: i<<16 | k, NUMA: vf.numa})
 			}
-			devs = append(devs, pool.Device{Key: vf, Index: i<<16 | k, NUMA: numa})
 		}
 	}
 	return devs, nil
@@ -142,8 +136,8 @@ func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
 
 // partition performs the writes of a plan on one PF, each bounded by the
 // setup timeout, and waits for the kernel to create the VFs' links.
-func (p *plugin) partition(f pf, writes []int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+func (p *plugin) partition(ctx context.Context, f pf, writes []int) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	if p.autoprobe != nil {
 		v := "0"
@@ -154,15 +148,15 @@ func (p *plugin) partition(f pf, writes []int) error {
 			return setupError(f.addr, err)
 		}
 	}
-	// The kernel applies a write before it returns; waiting for the links
-	// to match after each write also covers a slow udev or a simulated
-	// kernel, and keeps "0, then N" in order.
+	// After each write, wait until the links are exactly those of n VFs:
+	// a slow udev or a simulated kernel removes and adds them in any
+	// order, and "0, then N" must not go on while old VFs linger.
 	for _, n := range writes {
 		if err := sysfs.WriteAttr(ctx, f.dir.Path+"/sriov_numvfs", strconv.Itoa(n)); err != nil {
 			return setupError(f.addr, err)
 		}
-		err := sysfs.WaitFor(ctx, fmt.Sprintf("%d VFs of %s", n, f.addr), func() bool {
-			return len(sysfs.VFs(f.dir, n+1)) == n
+		err := sysfs.WaitFor(ctx, fmt.Sprintf("exactly %d VFs of %s", n, f.addr), func() bool {
+			return sysfs.VFsSettled(f.dir, n, f.total)
 		})
 		if err != nil {
 			return setupError(f.addr, err)
@@ -177,5 +171,5 @@ func setupError(addr string, err error) error {
 	if errors.Is(err, unix.ENOENT) {
 		hint = " (ENOENT: does the PF have a driver bound?)"
 	}
-	return skel.Errorf(skel.CodeSetup, "PF %s: %w%s", addr, err, hint)
+	return protocol.Errorf(protocol.CodeSetup, "PF %s: %w%s", addr, err, hint)
 }

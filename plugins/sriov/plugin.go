@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 const name = "sriov"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "partitions SR-IOV devices into VFs and hands the VFs to containers", New: newPlugin}
 
 // args are the sriov plugin's config args (docs/chaining.md).
 type args struct {
@@ -37,7 +38,6 @@ type delegate struct {
 }
 
 type plugin struct {
-	call *skel.Call
 	host *sysfs.Host
 	pool.Pool
 	addrs     map[string]bool
@@ -52,12 +52,12 @@ type plugin struct {
 
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
-	if err := c.Config.DecodeArgs(&a); err != nil {
+	spec, err := pool.Args(c.Config, &a)
+	if err != nil {
 		return nil, err
 	}
-	p := &plugin{call: c, host: sysfs.NewHost(c.Env.HostRoot), numVFs: a.NumVFs, vfDriver: a.VFDriver,
+	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), numVFs: a.NumVFs, vfDriver: a.VFDriver,
 		autoprobe: a.DriversAutoprobe, delegate: a.Delegate, timeout: 10 * time.Second}
-	var err error
 	if p.addrs, err = sysfs.AddrSet("pf_pci_addresses", a.PFPCIAddresses); err != nil {
 		return nil, err
 	}
@@ -77,8 +77,8 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, fmt.Errorf("vf_driver %q is not a driver name", a.VFDriver)
 	}
 	if d := a.Delegate; d != nil {
-		if d.Plugin == "" || strings.ContainsAny(d.Plugin, "/\x00") {
-			return nil, fmt.Errorf("delegate.plugin %q must be a bare binary name", d.Plugin)
+		if err := protocol.ValidPluginName(d.Plugin); err != nil {
+			return nil, fmt.Errorf("delegate.plugin: %w", err)
 		}
 		if len(d.Args) > 0 && string(d.Args) != "null" {
 			var m map[string]json.RawMessage
@@ -88,7 +88,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		}
 	}
 	if a.SetupTimeout != "" {
-		if p.timeout, err = skel.ParseTimeout(a.SetupTimeout); err != nil {
+		if p.timeout, err = protocol.ParseTimeout(a.SetupTimeout); err != nil {
 			return nil, fmt.Errorf("setup_timeout: %w", err)
 		}
 	}
@@ -96,20 +96,30 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Pool = pool.Pool{Name: name, Call: c, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown, Inventory: p.inventory}
 	return p, nil
 }
 
-// Info reports the VFs the selected PFs provide or will provide.
-func (p *plugin) Info(context.Context, *skel.Call) (map[string]int, error) {
+// Info reports the VFs the selected PFs provide or will provide: on a PF
+// already partitioned to num_vfs, those that can be handed out now; on
+// any other, the num_vfs that ADD creates.
+func (p *plugin) Info(_ context.Context, c *skel.Call) (map[string]int, error) {
 	pfs, err := p.pfs()
 	if err != nil {
-		return nil, skel.Errorf(skel.CodeInternal, "finding PFs: %w", err)
+		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)
 	}
 	n := 0
-	for _, pf := range pfs {
-		n += min(p.numVFs, pf.total)
-		pf.dir.Close()
+	for _, f := range pfs {
+		if want := min(p.numVFs, f.total); f.current != want {
+			n += want
+		} else {
+			for _, vf := range p.vfStates(f) {
+				if vf.reason == "" {
+					n++
+				}
+			}
+		}
+		f.dir.Close()
 	}
-	return map[string]int{p.call.Config.Type: n}, nil
+	return map[string]int{c.Config.Type: n}, nil
 }

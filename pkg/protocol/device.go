@@ -1,0 +1,22 @@
+package protocol
+
+// DeviceInfo is one device of a plugin's inventory, as the DEVICES
+// extension answers it (docs/protocol.md#extension-devices).
+type DeviceInfo struct {
+	Key    string   `json:"key"`
+	Nodes  []string `json:"nodes"`
+	NUMA   int      `json:"numa"`
+	Usable bool     `json:"usable"`
+	Reason string   `json:"reason,omitempty"` // why it is not usable
+	HeldBy string   `json:"heldBy,omitempty"` // request-id holding it
+	// VendorID and DeviceID are a PCI device's ids as sysfs gives them
+	// ("0x10de"), so that inventory tools can name the device without
+	// reading the host themselves.
+	VendorID string `json:"vendorId,omitempty"`
+	DeviceID string `json:"deviceId,omitempty"`
+	// PCIeRoot is the root complex the device sits below, as the kernel
+	// names it ("pci0000:00"); PCIeBridges the PCI functions between it and
+	// the device, root port first.
+	PCIeRoot    string   `json:"pcieRoot,omitempty"`
+	PCIeBridges []string `json:"pcieBridges,omitempty"`
+}
