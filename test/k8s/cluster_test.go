@@ -27,6 +27,15 @@ func TestClusterRunsPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 
+	t.Run("kubectl", func(t *testing.T) {
+		out, err := c.Kubectl(ctx, "get", "nodes", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(out); got != "node/"+NodeName {
+			t.Fatalf("kubectl get nodes: %q, want node/%s", got, NodeName)
+		}
+	})
 	t.Run("pod", func(t *testing.T) { checkWhoami(ctx, t, c) })
 	t.Run("daemonset", func(t *testing.T) { checkDaemonSet(ctx, t, c) })
 }
@@ -63,6 +72,12 @@ wget -q -O- --no-check-certificate --header "Authorization: Bearer $(cat $sa/tok
 	}
 	if got, want := review.Status.UserInfo.Username, "system:serviceaccount:default:default"; got != want {
 		t.Fatalf("the API server knows the pod as %q, want %q", got, want)
+	}
+	if err := c.Delete(ctx, "/api/v1/namespaces/default/pods/whoami"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitPod(ctx, "default", "whoami", Gone); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("scheduled to %s; the API server, asked from inside the pod, says it is %s", pod.Spec.NodeName, review.Status.UserInfo.Username)
 }

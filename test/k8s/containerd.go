@@ -135,7 +135,7 @@ func (c *containerd) importImage(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	if _, err := c.ctr(ctx, "images", "import", "--local", archive); err != nil {
+	if err := c.importArchive(ctx, archive); err != nil {
 		return err
 	}
 	out, err := c.ctr(ctx, "images", "ls", "--quiet")
@@ -146,6 +146,13 @@ func (c *containerd) importImage(ctx context.Context, dir string) error {
 		return fmt.Errorf("ctr images import did not name the image %s; containerd has:\n%s", Image, out)
 	}
 	return nil
+}
+
+// importArchive loads an image archive (OCI or Docker) into the
+// kubelet's namespace.
+func (c *containerd) importArchive(ctx context.Context, archive string) error {
+	_, err := c.ctr(ctx, "images", "import", "--local", archive)
+	return err
 }
 
 // busyboxTar writes a root filesystem holding /bin/busybox and a link for

@@ -128,8 +128,7 @@ func (n *Node) StopKubelet() { n.Kubelet.stop(30 * time.Second) }
 // writes them) into the node's containerd, where pods with
 // imagePullPolicy Never find it.
 func (n *Node) ImportImage(ctx context.Context, archive string) error {
-	_, err := n.ctrd.ctr(ctx, "images", "import", "--local", archive)
-	return err
+	return n.ctrd.importArchive(ctx, archive)
 }
 
 // Spawn starts a daemon on the node, in its cgroup, logging to its log
