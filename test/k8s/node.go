@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,7 +34,6 @@ type Node struct {
 	Kubelet *daemon
 	api     *client // the kubelet's API, anonymous
 	daemons []*daemon
-	unlink  func() error // removes the /var/lib/kubelet link
 }
 
 // StartNode starts containerd and a standalone kubelet (static pods only)
@@ -65,11 +65,25 @@ func newNode(t *testing.T) *Node {
 		}
 	})
 	n := &Node{t: t, Dir: dir, CDIDir: filepath.Join(dir, "cdi")}
-	for _, d := range []string{"logs", "cdi", "pki"} {
+	for _, d := range []string{"logs", "cdi", "pki", "kubelet/root"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// The link is taken first: it is also what keeps two nodes from
+	// running on this machine at once.
+	unlink, err := linkKubeletDir(filepath.Join(dir, "kubelet/root"))
+	if errors.Is(err, fs.ErrExist) {
+		t.Skipf("%s appeared meanwhile: another kubelet is starting on this machine", kubeletDir)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unlink(); err != nil {
+			t.Error(err)
+		}
+	})
 	if n.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
 		t.Fatal(err)
 	}
@@ -101,9 +115,6 @@ func (n *Node) start(ctx context.Context, kubeconfig string) error {
 	}
 	n.kl, err = newKubelet(filepath.Join(n.Dir, "kubelet"), n.pki, n.ctrd.sock, "/"+n.cg.name+"/pods", kubeconfig)
 	if err != nil {
-		return err
-	}
-	if n.unlink, err = linkKubeletDir(n.kl.root); err != nil {
 		return err
 	}
 	return n.StartKubelet(ctx)
@@ -163,9 +174,6 @@ func (n *Node) teardown(host *hostState) {
 		socks = n.ctrd.shimSockets(n.cg.pids())
 	}
 	errs := []error{n.cg.remove(ctx)}
-	if n.unlink != nil {
-		errs = append(errs, n.unlink())
-	}
 	for _, s := range socks {
 		if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
