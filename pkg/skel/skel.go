@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/buildinfo"
 	"github.com/cdi-exec/plugins/pkg/cdispec"
 )
 
@@ -189,6 +191,9 @@ type Dispatcher struct {
 // signal kills the process outright: every store change is one transaction,
 // so nothing is left half-written.
 func Main(about About) {
+	if buildinfo.PrintIfAsked(os.Args[1:], os.Stderr, filepath.Base(os.Args[0]), SupportedVersions()) {
+		os.Exit(0) // docs/protocol.md#plugin-command-line
+	}
 	d := Dispatcher{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 	os.Exit(d.Run(context.Background(), about))
 }
