@@ -9,13 +9,14 @@ import (
 
 	"github.com/jaypipes/pcidb"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // device is one row of `cdictl devices`.
 type device struct {
-	skel.DeviceInfo
+	protocol.DeviceInfo
 	VendorID string `json:"vendorId,omitempty"`
 	DeviceID string `json:"deviceId,omitempty"`
 	Vendor   string `json:"vendor,omitempty"`  // name from the PCI ids database
@@ -65,6 +66,17 @@ func (p *pciNames) lookup(vendor, product string) (string, string) {
 	return v.Name, ""
 }
 
+func devicesCommand() *command {
+	return &command{name: "devices", args: "[TYPE]", summary: "every device each plugin sees: ids, names, NUMA, usable or why not, holder",
+		example: "cdictl devices\n  cdictl devices -o table gpu", setup: noFlags((*app).devices)}
+}
+
+// devicesEntry is one plugin's inventory.
+type devicesEntry struct {
+	outcome
+	Devices []device `json:"devices"`
+}
+
 // devices lists what every configured plugin sees, through the plugins'
 // DEVICES extension, with PCI ids read from sysfs and names from pci.ids
 // when it is installed.
@@ -75,27 +87,16 @@ func (a *app) devices(args []string) int {
 	}
 	root := a.getenv("CDI_HOST_ROOT")
 	if root == "" {
-		root = skel.DefaultHostRoot
+		root = protocol.DefaultHostRoot
 	}
 	host := sysfs.NewHost(root)
 	names := &pciNames{root: root, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
-	type entry struct {
-		outcome
-		Devices []device `json:"devices"`
-	}
-	var out []entry
-	status := exitOK
-	for _, conf := range a.configs(typ) {
-		e := entry{outcome: outcomeOf(conf, nil), Devices: []device{}}
-		r, err := a.caller().Extension(a.ctx(), conf, skel.CmdDevices)
-		var list []skel.DeviceInfo
+	out, failed := callEach(a, a.configs(typ), func(conf caller.Config, e *devicesEntry) error {
+		e.Devices = []device{}
+		r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
+		var list []protocol.DeviceInfo
 		if err == nil {
 			err = json.Unmarshal(r.Object["devices"], &list)
-		}
-		if err != nil {
-			a.pluginErr(err)
-			e.Error = toErrorJSON(err)
-			status = exitFailed
 		}
 		for _, d := range list {
 			row := device{DeviceInfo: d}
@@ -109,40 +110,43 @@ func (a *app) devices(args []string) int {
 			}
 			e.Devices = append(e.Devices, row)
 		}
-		out = append(out, e)
-	}
-	if a.output == "table" {
-		var rows [][]string
-		for _, e := range out {
-			if e.Error != nil {
-				rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "error: " + e.Error.Msg + " " + e.Error.Details})
-			}
-			for _, d := range e.Devices {
-				id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")
-				name := strings.TrimSpace(d.Vendor + " " + d.Product)
-				if id == "" {
-					id = "-"
-				}
-				if name == "" {
-					name = "-"
-				}
-				numa := "-"
-				if d.NUMA >= 0 {
-					numa = fmt.Sprint(d.NUMA)
-				}
-				state := "free"
-				switch {
-				case d.HeldBy != "":
-					state = "held by " + d.HeldBy
-				case !d.Usable:
-					state = "unusable: " + d.Reason
-				}
-				rows = append(rows, []string{e.Type, e.Plugin, d.Key, strings.Join(d.Nodes, " "), id, name, numa, state})
-			}
+		return err
+	})
+	a.report("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", func() [][]string { return deviceRows(out) },
+		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "plugins", Value: out})
+	return status(failed)
+}
+
+// deviceRows is the table of devices: one row per device, and one per
+// plugin that failed.
+func deviceRows(out []devicesEntry) [][]string {
+	var rows [][]string
+	for _, e := range out {
+		if e.Error != nil {
+			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", e.Error.String()})
 		}
-		a.table("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", rows)
-		return status
+		for _, d := range e.Devices {
+			id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")
+			name := strings.TrimSpace(d.Vendor + " " + d.Product)
+			if id == "" {
+				id = "-"
+			}
+			if name == "" {
+				name = "-"
+			}
+			numa := "-"
+			if d.NUMA >= 0 {
+				numa = fmt.Sprint(d.NUMA)
+			}
+			state := "free"
+			switch {
+			case d.HeldBy != "":
+				state = "held by " + d.HeldBy
+			case !d.Usable:
+				state = "unusable: " + d.Reason
+			}
+			rows = append(rows, []string{e.Type, e.Plugin, d.Key, strings.Join(d.Nodes, " "), id, name, numa, state})
+		}
 	}
-	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "plugins", Value: nonNil(out)}})
-	return status
+	return rows
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/store"
 )
 
@@ -26,6 +26,11 @@ type allocation struct {
 	AgeSeconds int64     `json:"ageSeconds"`
 }
 
+func lsCommand() *command {
+	return &command{name: "ls", args: "", summary: "list every allocation held on the node (read-only)",
+		example: "cdictl ls\n  cdictl ls -o json", setup: noFlags((*app).ls)}
+}
+
 // ls reads every plugin store in the state directory read-only, under a
 // shared lock with a bounded wait, so it never blocks plugins for long and
 // never changes anything.
@@ -38,39 +43,33 @@ func (a *app) ls(args []string) int {
 		return a.usageErr("%v", err)
 	}
 	slices.Sort(files)
-	timeout := skel.DefaultLockTimeout
+	timeout := protocol.DefaultLockTimeout
 	if v := a.getenv("CDI_LOCK_TIMEOUT"); v != "" {
-		if t, err := skel.ParseTimeout(v); err == nil {
+		if t, err := protocol.ParseTimeout(v); err == nil {
 			timeout = t
 		}
 	}
 	now := time.Now()
 	rows := []allocation{}
-	status := exitOK
+	failed := false
 	for _, f := range files {
 		plugin := strings.TrimSuffix(filepath.Base(f), ".db")
 		got, err := readStore(f, plugin, timeout, now)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "cdictl: %s: %v\n", f, err)
-			status = exitFailed
+			failed = true
 			continue
 		}
 		rows = append(rows, got...)
 	}
-	if a.output == "table" {
-		var out [][]string
-		for _, r := range rows {
-			numa := "-"
-			if len(r.NUMA) > 0 {
-				numa = strings.Trim(strings.ReplaceAll(fmt.Sprint(r.NUMA), " ", ","), "[]")
-			}
-			out = append(out, []string{r.RequestID, r.Plugin, fmt.Sprintf("%s:%d", r.Spec, r.Amount), strings.Join(r.Devices, " "), numa, (time.Duration(r.AgeSeconds) * time.Second).String()})
+	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tNUMA\tAGE", rowsOf(rows, func(r *allocation) []string {
+		numa := "-"
+		if len(r.NUMA) > 0 {
+			numa = strings.Trim(strings.ReplaceAll(fmt.Sprint(r.NUMA), " ", ","), "[]")
 		}
-		a.table("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tNUMA\tAGE", out)
-		return status
-	}
-	a.writeFields([]skel.Field{{Key: "cdiVersion", Value: skel.Latest}, {Key: "allocations", Value: rows}})
-	return status
+		return []string{r.RequestID, r.Plugin, fmt.Sprintf("%s:%d", r.Spec, r.Amount), strings.Join(r.Devices, " "), numa, (time.Duration(r.AgeSeconds) * time.Second).String()}
+	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "allocations", Value: rows})
+	return status(failed)
 }
 
 func readStore(path, plugin string, timeout time.Duration, now time.Time) ([]allocation, error) {

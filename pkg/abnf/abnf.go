@@ -252,3 +252,16 @@ func ParseNUMA(s string) ([]int, error) {
 	}
 	return nodes, nil
 }
+
+// FormatNUMA writes a CDI_REQUEST_NUMA_LOCALITY value: the nodes in the
+// given order, comma-separated; "" for none.
+func FormatNUMA(nodes []int) string {
+	var b strings.Builder
+	for i, n := range nodes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(n))
+	}
+	return b.String()
+}

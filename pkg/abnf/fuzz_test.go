@@ -1,6 +1,7 @@
 package abnf
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,6 +79,11 @@ func FuzzParseNUMA(f *testing.F) {
 			if err != nil || !seen[n] {
 				t.Fatalf("field %q of %q missing from %v", f, s, nodes)
 			}
+		}
+		// Formatting and parsing again gives the same list.
+		again, err := ParseNUMA(FormatNUMA(nodes))
+		if err != nil || !slices.Equal(again, nodes) {
+			t.Fatalf("FormatNUMA(%v) = %q, parsed back as %v, %v", nodes, FormatNUMA(nodes), again, err)
 		}
 	})
 }

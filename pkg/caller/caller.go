@@ -17,7 +17,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/invoke"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // Config is one plugin config file.
@@ -76,29 +76,16 @@ func loadFile(path, folderType string) (Config, error) {
 	return parseConfig(path, raw, folderType)
 }
 
-// parseConfig checks a config file's content against its folder.
+// parseConfig checks a config file's content (protocol.ParseConfig) and
+// its type against its folder.
 func parseConfig(path string, raw []byte, folderType string) (Config, error) {
-	var c Config
-	var fields struct {
-		CDIVersion *string `json:"cdiVersion"`
-		Name       *string `json:"name"`
-		Type       *string `json:"type"`
-		Plugin     *string `json:"plugin"`
+	pc, err := protocol.ParseConfig(raw)
+	if err != nil {
+		return Config{}, err
 	}
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return c, fmt.Errorf("not a JSON config: %w", err)
-	}
-	for name, v := range map[string]*string{"cdiVersion": fields.CDIVersion, "name": fields.Name, "type": fields.Type, "plugin": fields.Plugin} {
-		if v == nil {
-			return c, fmt.Errorf("missing required field %q", name)
-		}
-	}
-	c = Config{File: path, Type: *fields.Type, Plugin: *fields.Plugin, Name: *fields.Name, CDIVersion: *fields.CDIVersion, Raw: raw}
+	c := Config{File: path, Type: pc.Type, Plugin: pc.Plugin, Name: pc.Name, CDIVersion: pc.CDIVersion, Raw: raw}
 	if c.Type != folderType {
 		return c, fmt.Errorf("type %q does not match its folder %s.d", c.Type, folderType)
-	}
-	if c.Plugin == "" || strings.ContainsAny(c.Plugin, "/\x00") || c.Plugin == "." || c.Plugin == ".." {
-		return c, fmt.Errorf("plugin %q is not a bare binary name", c.Plugin)
 	}
 	return c, nil
 }
@@ -142,7 +129,7 @@ func (e *PluginError) Code() int {
 	if errors.As(e.Err, &pe) {
 		return pe.Code
 	}
-	return skel.CodeInternal
+	return protocol.CodeInternal
 }
 
 func (c Caller) run(ctx context.Context, conf Config, env ...string) (*invoke.Reply, error) {
@@ -155,7 +142,7 @@ func (c Caller) run(ctx context.Context, conf Config, env ...string) (*invoke.Re
 
 // Versions asks a plugin which protocol versions it supports.
 func (c Caller) Versions(ctx context.Context, conf Config) ([]string, error) {
-	r, err := c.run(ctx, conf, "CDI_COMMAND=VERSION")
+	r, err := c.run(ctx, conf, protocol.EnvCommand+"="+protocol.CmdVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +159,7 @@ func (c Caller) Negotiate(ctx context.Context, conf Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ours := skel.SupportedVersions()
+	ours := protocol.SupportedVersions()
 	for i := len(ours) - 1; i >= 0; i-- {
 		if slices.Contains(theirs, ours[i]) {
 			return ours[i], nil
@@ -187,7 +174,7 @@ func (c Caller) command(ctx context.Context, conf Config, cmd string, env ...str
 	if err != nil {
 		return nil, err
 	}
-	return c.run(ctx, conf, append([]string{"CDI_COMMAND=" + cmd, "CDI_VERSION=" + v}, env...)...)
+	return c.run(ctx, conf, append([]string{protocol.EnvCommand + "=" + cmd, protocol.EnvVersion + "=" + v}, env...)...)
 }
 
 // Extension runs one of our extension commands (such as DEVICES) and
@@ -198,7 +185,7 @@ func (c Caller) Extension(ctx context.Context, conf Config, cmd string, env ...s
 
 // Info returns a plugin's capacity per resource-spec.
 func (c Caller) Info(ctx context.Context, conf Config) (map[string]int, error) {
-	r, err := c.command(ctx, conf, skel.CmdInfo)
+	r, err := c.command(ctx, conf, protocol.CmdInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -226,11 +213,11 @@ type Added struct {
 
 // Add runs ADD for one plugin.
 func (c Caller) Add(ctx context.Context, conf Config, id string, items []abnf.Item, numa []int) (*Added, error) {
-	env := []string{"CDI_REQUEST=" + abnf.Request{Items: items}.String(), "CDI_REQUEST_ID=" + id}
+	env := []string{protocol.EnvRequest + "=" + abnf.Request{Items: items}.String(), protocol.EnvRequestID + "=" + id}
 	if numa != nil {
-		env = append(env, "CDI_REQUEST_NUMA_LOCALITY="+joinInts(numa))
+		env = append(env, protocol.EnvNUMA+"="+abnf.FormatNUMA(numa))
 	}
-	r, err := c.command(ctx, conf, skel.CmdAdd, env...)
+	r, err := c.command(ctx, conf, protocol.CmdAdd, env...)
 	if err != nil {
 		return nil, err
 	}
@@ -252,9 +239,9 @@ func (c Caller) Add(ctx context.Context, conf Config, id string, items []abnf.It
 // Del runs DEL for one plugin. An unknown request-id (code 5) is reported
 // as held=false, not as an error.
 func (c Caller) Del(ctx context.Context, conf Config, id string) (held bool, err error) {
-	_, err = c.command(ctx, conf, skel.CmdDel, "CDI_REQUEST_ID="+id)
+	_, err = c.command(ctx, conf, protocol.CmdDel, protocol.EnvRequestID+"="+id)
 	var pe *invoke.Error
-	if errors.As(err, &pe) && pe.Code == skel.CodeUnknownRequestID {
+	if errors.As(err, &pe) && pe.Code == protocol.CodeUnknownRequestID {
 		return false, nil
 	}
 	return err == nil, err
@@ -264,9 +251,9 @@ func (c Caller) Del(ctx context.Context, conf Config, id string) (held bool, err
 func (c Caller) GC(ctx context.Context, conf Config, valid []string) ([]string, error) {
 	list := strings.Join(valid, ",")
 	if list == "" {
-		list = "none"
+		list = protocol.NoValidIDs
 	}
-	r, err := c.command(ctx, conf, skel.CmdGC, "CDI_VALID_REQUEST_IDS="+list)
+	r, err := c.command(ctx, conf, protocol.CmdGC, protocol.EnvValidIDs+"="+list)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +290,7 @@ func (c Caller) AddAll(ctx context.Context, confs []Config, id string, req abnf.
 
 func (c Caller) addType(ctx context.Context, confs []Config, typ, id string, items []abnf.Item, numa []int) (*Added, error) {
 	if len(confs) == 0 {
-		return nil, skel.NewError(skel.CodeSpecUnsupported, fmt.Sprintf("Unsupported resource-spec: %s (no config in %s.d)", typ, typ))
+		return nil, protocol.NewError(protocol.CodeSpecUnsupported, fmt.Sprintf("Unsupported resource-spec: %s (no config in %s.d)", typ, typ))
 	}
 	var last error
 	for _, conf := range confs {
@@ -313,7 +300,7 @@ func (c Caller) addType(ctx context.Context, confs []Config, typ, id string, ite
 		}
 		last = err
 		var pe *PluginError
-		if errors.As(err, &pe) && (pe.Code() == skel.CodeInsufficient || pe.Code() == skel.CodeSpecUnsupported) {
+		if errors.As(err, &pe) && (pe.Code() == protocol.CodeInsufficient || pe.Code() == protocol.CodeSpecUnsupported) {
 			continue
 		}
 		break
@@ -328,12 +315,4 @@ func (c Caller) rollback(ctx context.Context, done []*Added, id string) {
 		// the plugin and will be caught by GC.
 		_, _ = c.Del(ctx, done[i].Config, id)
 	}
-}
-
-func joinInts(ns []int) string {
-	s := make([]string, len(ns))
-	for i, n := range ns {
-		s[i] = fmt.Sprint(n)
-	}
-	return strings.Join(s, ",")
 }

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // DefaultTimeout bounds a plugin run when the caller sets none.
@@ -29,8 +31,8 @@ var ErrNotFound = errors.New("plugin not found")
 // colon-separated dirs. Names with a path separator are refused, so a config
 // can never point outside the plugin directories.
 func Find(name, dirs string) (string, error) {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
-		return "", fmt.Errorf("invalid plugin name %q: must be a bare file name", name)
+	if err := protocol.ValidPluginName(name); err != nil {
+		return "", fmt.Errorf("invalid plugin name: %w", err)
 	}
 	for _, dir := range filepath.SplitList(dirs) {
 		if dir == "" {
@@ -61,22 +63,17 @@ type Reply struct {
 	Stderr string
 }
 
-// Error is a protocol error a plugin answered with.
+// Error is a protocol error a plugin answered with: its code, msg and
+// details, with what the run left besides.
 type Error struct {
-	Code    int    `json:"code"`
-	Msg     string `json:"msg"`
-	Details string `json:"details,omitempty"`
-	Stderr  string `json:"-"`
-	Status  int    `json:"-"` // the plugin's exit status
+	answer
+	Stderr string `json:"-"`
+	Status int    `json:"-"` // the plugin's exit status
 }
 
-func (e *Error) Error() string {
-	s := fmt.Sprintf("code %d: %s", e.Code, e.Msg)
-	if e.Details != "" {
-		s += ": " + e.Details
-	}
-	return s
-}
+// answer names protocol.Error for embedding, whose own name would hide
+// its Error method.
+type answer = protocol.Error
 
 // Failure kinds of a run that produced no protocol answer.
 const (

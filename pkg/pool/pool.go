@@ -15,6 +15,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/alloc"
 	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
 )
@@ -46,6 +47,9 @@ type Pool struct {
 	// Name is the plugin's binary name; the store is <Name>.db.
 	Name string
 	Call *skel.Call
+	// Spec, when set, publishes allocations as CDI spec files (the
+	// cdi_spec arg, docs/cdi-bridge.md).
+	Spec *cdispec.Config
 	// Strict makes a requested NUMA locality mandatory (code 105).
 	Strict bool
 	// Discover returns the usable devices present now, in any order.
@@ -65,7 +69,7 @@ type Pool struct {
 	Teardown func(rec *store.Record) error
 	// Inventory lists every device the plugin sees, usable or not, for
 	// the DEVICES extension.
-	Inventory func() ([]skel.DeviceInfo, error)
+	Inventory func() ([]protocol.DeviceInfo, error)
 }
 
 // Scan tells Discover what the command needs.
@@ -91,16 +95,16 @@ type Handout struct {
 
 // Devices answers the DEVICES extension: the inventory, with the holder
 // of each device read from the store (read-only, bounded wait).
-func (p Pool) Devices(context.Context, *skel.Call) ([]skel.DeviceInfo, error) {
+func (p Pool) Devices(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	if p.Inventory == nil {
-		return nil, skel.NewError(skel.CodeCommandUnsupported, "Unsupported command: DEVICES")
+		return nil, protocol.NewError(protocol.CodeCommandUnsupported, "Unsupported command: DEVICES")
 	}
 	devs, err := p.Inventory()
 	if err != nil {
-		return nil, skel.Errorf(skel.CodeInternal, "discovering devices under %s: %w", p.Call.Env.HostRoot, err)
+		return nil, protocol.Errorf(protocol.CodeInternal, "discovering devices under %s: %w", p.Call.Env.HostRoot, err)
 	}
 	st, err := Open(p.Name, p.Call, true)
-	var e *skel.Error
+	var e *protocol.Error
 	if errors.As(err, &e) && errors.Is(err, store.ErrNotExist) {
 		return devs, nil
 	}
@@ -144,7 +148,7 @@ func (p Pool) Info(context.Context, *skel.Call) (map[string]int, error) {
 func (p Pool) discover(scan Scan) ([]Device, error) {
 	devs, err := p.Discover(scan)
 	if err != nil {
-		return nil, skel.Errorf(skel.CodeInternal, "discovering devices under %s: %w", p.Call.Env.HostRoot, err)
+		return nil, protocol.Errorf(protocol.CodeInternal, "discovering devices under %s: %w", p.Call.Env.HostRoot, err)
 	}
 	return devs, nil
 }
@@ -159,16 +163,16 @@ func Open(name string, c *skel.Call, readOnly bool) (*store.Store, error) {
 }
 
 func storeError(err error) error {
-	var e *skel.Error
+	var e *protocol.Error
 	switch {
 	case errors.As(err, &e):
 		return err
 	case errors.Is(err, store.ErrBusy):
-		return skel.Errorf(skel.CodeStore, "another invocation holds the allocation store; try again: %w", err)
+		return protocol.Errorf(protocol.CodeStore, "another invocation holds the allocation store; try again: %w", err)
 	case errors.Is(err, store.ErrCorrupt):
-		return skel.Errorf(skel.CodeStore, "the allocation store cannot be read and was left untouched for inspection: %w", err)
+		return protocol.Errorf(protocol.CodeStore, "the allocation store cannot be read and was left untouched for inspection: %w", err)
 	}
-	return skel.Errorf(skel.CodeStore, "%w", err)
+	return protocol.Errorf(protocol.CodeStore, "%w", err)
 }
 
 // answer is an allocation an ADD answers with, marked fresh when this
@@ -226,7 +230,7 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 			spec := item.Spec.String()
 			if a := rec.Find(spec); a != nil {
 				if a.Amount != item.Amount {
-					return skel.Errorf(skel.CodeConflict, "request %q already holds %d of %s; asked for %d", c.RequestID, a.Amount, spec, item.Amount)
+					return protocol.Errorf(protocol.CodeConflict, "request %q already holds %d of %s; asked for %d", c.RequestID, a.Amount, spec, item.Amount)
 				}
 				held = append(held, answer{*a, false})
 				continue
@@ -242,9 +246,9 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 			pos, err := alloc.Choose(cands, item.Amount, c.Locality, p.Strict)
 			switch {
 			case errors.Is(err, alloc.ErrInsufficient):
-				return skel.Errorf(skel.CodeInsufficient, "%s: %v", spec, err)
+				return protocol.Errorf(protocol.CodeInsufficient, "%s: %v", spec, err)
 			case errors.Is(err, alloc.ErrLocality):
-				return skel.Errorf(skel.CodeNUMA, "%s: %v (numa_policy is strict)", spec, err)
+				return protocol.Errorf(protocol.CodeNUMA, "%s: %v (numa_policy is strict)", spec, err)
 			case err != nil:
 				return err
 			}
@@ -259,7 +263,7 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 				if err != nil {
 					return err
 				}
-				a.Nodes, a.Delegate = nonNil(h.Nodes), h.Delegate
+				a.Nodes, a.Delegate = protocol.NonNil(h.Nodes), h.Delegate
 				if h.Undo != nil {
 					undo = append(undo, h.Undo)
 				}
@@ -306,11 +310,11 @@ func (p Pool) Add(context.Context, *skel.Call) (*skel.AddResult, error) {
 		}
 	}
 	slices.Sort(res.NUMA)
-	if c.CDISpec != nil {
+	if p.Spec != nil {
 		if err := p.publish(st, &final, held, undo); err != nil {
 			return nil, err
 		}
-		res.CDIDevices = []string{c.CDISpec.QualifiedName(c.RequestID)}
+		res.CDIDevices = []string{p.Spec.QualifiedName(c.RequestID)}
 	}
 	return res, nil
 }
@@ -328,7 +332,7 @@ func (p Pool) publish(st *store.Store, rec *store.Record, held []answer, undo []
 			nodes = append(nodes, cdispec.Stat(c.Env.HostRoot, path))
 		}
 	}
-	err := c.CDISpec.Write(c.RequestID, nodes)
+	err := p.Spec.Write(c.RequestID, nodes)
 	if err == nil {
 		p.removeOrphans(st)
 		return nil
@@ -347,15 +351,15 @@ func (p Pool) publish(st *store.Store, rec *store.Record, held []answer, undo []
 		undo[i]()
 	}
 	if rollback != nil {
-		return skel.Errorf(skel.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", c.CDISpec.Path(c.RequestID), err, rollback)
+		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", p.Spec.Path(c.RequestID), err, rollback)
 	}
-	return skel.Errorf(skel.CodeSetup, "writing CDI spec %s: %w", c.CDISpec.Path(c.RequestID), err)
+	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", p.Spec.Path(c.RequestID), err)
 }
 
 // removeOrphans deletes spec files whose request-id holds nothing in the
 // store: left by a crash between a DEL's commit and its file removal.
 func (p Pool) removeOrphans(st *store.Store) {
-	spec := p.Call.CDISpec
+	spec := p.Spec
 	_ = st.View(func(tx *store.Tx) error {
 		ids, err := spec.Orphans(func(id string) bool {
 			r, err := tx.Get(id)
@@ -375,10 +379,10 @@ func (p Pool) removeOrphans(st *store.Store) {
 
 // unpublish removes a request's spec file, if specs are published.
 func (p Pool) unpublish(id string) {
-	if p.Call.CDISpec == nil {
+	if p.Spec == nil {
 		return
 	}
-	if err := p.Call.CDISpec.Remove(id); err != nil {
+	if err := p.Spec.Remove(id); err != nil {
 		p.Call.Warnf("removing CDI spec: %v", err)
 	}
 }
@@ -395,7 +399,7 @@ func (p Pool) Del(context.Context, *skel.Call) error {
 	path := store.Path(p.Call.Env.StateDir, p.Name)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		p.unpublish(p.Call.RequestID) // an orphan, if anything
-		return skel.NewError(skel.CodeUnknownRequestID, "")
+		return protocol.NewError(protocol.CodeUnknownRequestID, "")
 	}
 	st, err := Open(p.Name, p.Call, false)
 	if err != nil {
@@ -409,7 +413,7 @@ func (p Pool) Del(context.Context, *skel.Call) error {
 			return err
 		}
 		if rec == nil {
-			return skel.NewError(skel.CodeUnknownRequestID, "")
+			return protocol.NewError(protocol.CodeUnknownRequestID, "")
 		}
 		if p.Teardown != nil {
 			teardownErr = p.Teardown(rec)
@@ -417,8 +421,8 @@ func (p Pool) Del(context.Context, *skel.Call) error {
 		_, err = tx.Delete(p.Call.RequestID)
 		return err
 	})
-	var e *skel.Error
-	if err == nil || errors.As(err, &e) && e.Code == skel.CodeUnknownRequestID {
+	var e *protocol.Error
+	if err == nil || errors.As(err, &e) && e.Code == protocol.CodeUnknownRequestID {
 		p.unpublish(p.Call.RequestID)
 	}
 	if err != nil {
@@ -474,15 +478,8 @@ func (p Pool) GC(context.Context, *skel.Call) (*skel.GCResult, error) {
 	for _, id := range res.Freed {
 		p.unpublish(id)
 	}
-	if p.Call.CDISpec != nil {
+	if p.Spec != nil {
 		p.removeOrphans(st)
 	}
 	return res, nil
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // FuzzDispatcher drives the engine with random environment and stdin and
@@ -47,19 +49,19 @@ func FuzzDispatcher(f *testing.F) {
 		if !strings.HasPrefix(out.String(), "{\n  \"cdiVersion\": ") {
 			t.Fatalf("cdiVersion not first:\n%s", out.String())
 		}
-		if v, _ := obj["cdiVersion"].(string); !Supported(v) {
+		if v, _ := obj["cdiVersion"].(string); !protocol.Supported(v) {
 			t.Fatalf("answered in unsupported version %q", v)
 		}
 		code, isErr := obj["code"].(float64)
 		switch {
-		case upper == CmdVersion || upper == CmdDel:
+		case upper == protocol.CmdVersion || upper == protocol.CmdDel:
 			if status != 0 {
 				t.Fatalf("%s exited %d", upper, status)
 			}
 		case isErr && status != 1, !isErr && status != 0:
 			t.Fatalf("status %d for %v", status, obj)
 		}
-		if isErr && code == CodeInternal {
+		if isErr && code == protocol.CodeInternal {
 			t.Fatalf("engine failed internally: %v\n%s", obj, errOut.String())
 		}
 	})

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // fake is a plugin whose answers are set per test.
@@ -149,7 +151,7 @@ func TestRun(t *testing.T) {
 			plugin: fake{add: &AddResult{Devices: []string{"/dev/dri/card0"}}}, status: 0, version: "0.0.1"},
 		{name: "plugin error",
 			env: map[string]string{"CDI_COMMAND": "ADD", "CDI_REQUEST": "gpu:1", "CDI_REQUEST_ID": "3456"}, stdin: gpuConf,
-			plugin: fake{err: NewError(CodeInsufficient, "none")}, status: 1, code: 103, version: "0.0.1"},
+			plugin: fake{err: protocol.NewError(protocol.CodeInsufficient, "none")}, status: 1, code: 103, version: "0.0.1"},
 		{name: "uncoded error is internal",
 			env: map[string]string{"CDI_COMMAND": "ADD", "CDI_REQUEST": "gpu:1", "CDI_REQUEST_ID": "3456"}, stdin: gpuConf,
 			plugin: fake{err: errors.New("disk on fire")}, status: 1, code: 100, version: "0.0.1", details: "disk on fire"},
@@ -160,7 +162,7 @@ func TestRun(t *testing.T) {
 			env: map[string]string{"CDI_COMMAND": "DEL", "CDI_REQUEST_ID": "1234"}, stdin: gpuConf, status: 0},
 		{name: "DEL unknown id exits 0",
 			env: map[string]string{"CDI_COMMAND": "DEL", "CDI_REQUEST_ID": "3456"}, stdin: gpuConf,
-			plugin: fake{err: NewError(CodeUnknownRequestID, "")}, status: 0, code: 5, version: "0.0.1"},
+			plugin: fake{err: protocol.NewError(protocol.CodeUnknownRequestID, "")}, status: 0, code: 5, version: "0.0.1"},
 		{name: "DEL panic exits 0",
 			env: map[string]string{"CDI_COMMAND": "del", "CDI_REQUEST_ID": "3456"}, stdin: gpuConf,
 			plugin: fake{panic: true}, status: 0, code: 100, version: "0.0.1"},
@@ -193,8 +195,8 @@ func TestRun(t *testing.T) {
 				t.Errorf("code = %v, want %v (%v)", obj["code"], tt.code, obj)
 			}
 			if code != 0 {
-				if msg, _ := obj["msg"].(string); msg != message(int(code)) {
-					t.Errorf("msg = %q, want %q", msg, message(int(code)))
+				if msg, _ := obj["msg"].(string); msg != protocol.Message(int(code)) {
+					t.Errorf("msg = %q, want %q", msg, protocol.Message(int(code)))
 				}
 				if _, ok := obj["details"]; ok && obj["details"] == "" {
 					t.Errorf("empty details printed")
@@ -234,7 +236,7 @@ func TestInfoKeysOrderedAndScoped(t *testing.T) {
 	}
 	// A key outside the type is refused rather than advertised.
 	status, obj, _ := run(t, env, strings.NewReader(gpuConf), fake{info: map[string]int{"tty": 1}})
-	if status != 1 || obj["code"] != float64(CodeInternal) {
+	if status != 1 || obj["code"] != float64(protocol.CodeInternal) {
 		t.Errorf("foreign key: %v", obj)
 	}
 }
@@ -268,7 +270,7 @@ func TestEnvDefaultsAndOverrides(t *testing.T) {
 	env := map[string]string{"CDI_COMMAND": "INFO"}
 	run(t, env, strings.NewReader(gpuConf), fake{info: map[string]int{}, calls: &calls})
 	e := calls[0].Env
-	if e.HostRoot != "/" || e.StateDir != "/var/lib/cdi" || e.Path != "/opt/cdi/bin" || e.ConfDir != "/etc/cdi" || e.LockTimeout != DefaultLockTimeout {
+	if e.HostRoot != "/" || e.StateDir != "/var/lib/cdi" || e.Path != "/opt/cdi/bin" || e.ConfDir != "/etc/cdi" || e.LockTimeout != protocol.DefaultLockTimeout {
 		t.Errorf("defaults: %+v", e)
 	}
 	env = map[string]string{"CDI_COMMAND": "INFO", "CDI_HOST_ROOT": "/h", "CDI_STATE_DIR": "/s", "CDI_PATH": "/p", "CDI_CONF_DIR": "/c", "CDI_LOCK_TIMEOUT": "1.5"}
@@ -276,13 +278,5 @@ func TestEnvDefaultsAndOverrides(t *testing.T) {
 	e = calls[1].Env
 	if e.HostRoot != "/h" || e.StateDir != "/s" || e.Path != "/p" || e.ConfDir != "/c" || e.LockTimeout.Seconds() != 1.5 {
 		t.Errorf("overrides: %+v", e)
-	}
-}
-
-func TestParseTimeout(t *testing.T) {
-	for in, ok := range map[string]bool{"10": true, "0.5": true, "500ms": true, "2m": true, "0": false, "-1s": false, "soon": false, "": false} {
-		if _, err := ParseTimeout(in); (err == nil) != ok {
-			t.Errorf("ParseTimeout(%q) = %v", in, err)
-		}
 	}
 }

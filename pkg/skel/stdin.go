@@ -4,10 +4,51 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// Bounds on reading the config from stdin.
+const (
+	maxConfigSize = 1 << 20
+	stdinTimeout  = 30 * time.Second
+)
+
+// readStdin reads stdin, bounded in size and time: a caller that never
+// closes stdin gets an error instead of a hung plugin.
+func readStdin(ctx context.Context, r io.Reader) ([]byte, error) {
+	if r == nil {
+		return nil, errors.New("no stdin")
+	}
+	if f, ok := r.(*os.File); ok {
+		return readFD(ctx, int(f.Fd()))
+	}
+	type result struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
+		ch <- result{b, err}
+	}()
+	timer := time.NewTimer(stdinTimeout)
+	defer timer.Stop()
+	select {
+	case res := <-ch:
+		if res.err == nil && len(res.b) > maxConfigSize {
+			res.err = fmt.Errorf("config larger than %d bytes", maxConfigSize)
+		}
+		return res.b, res.err
+	case <-timer.C:
+		return nil, fmt.Errorf("no end of input after %v", stdinTimeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
 
 // readFD reads a file descriptor to its end, waiting with poll(2) so that
 // the wait is bounded without a helper goroutine or the runtime's poller:

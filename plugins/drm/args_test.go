@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 func TestArgs(t *testing.T) {
@@ -33,7 +33,7 @@ func TestArgs(t *testing.T) {
 
 func decode(raw string) (filter, bool, error) {
 	var a args
-	if err := (skel.Config{Args: json.RawMessage(raw)}).DecodeArgs(&a); err != nil {
+	if err := (protocol.Config{Args: json.RawMessage(raw)}).DecodeArgs(&a); err != nil {
 		return filter{}, false, err
 	}
 	return a.validate()

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
@@ -32,7 +33,8 @@ type filter struct {
 
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
-	if err := c.Config.DecodeArgs(&a); err != nil {
+	spec, err := pool.Args(c.Config, &a)
+	if err != nil {
 		return nil, err
 	}
 	f, strict, err := a.validate()
@@ -40,7 +42,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.Pool = pool.Pool{Name: name, Call: c, Strict: strict, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Call: c, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -94,18 +96,18 @@ func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
 	return out, nil
 }
 
-func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
+func (p *plugin) inventory() ([]protocol.DeviceInfo, error) {
 	gpus, err := inventory(p.host, p.filter, pool.Scan{NUMA: true})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]skel.DeviceInfo, len(gpus))
+	out := make([]protocol.DeviceInfo, len(gpus))
 	for i, g := range gpus {
 		nodes := g.Device.Nodes
 		if g.Reason != "" {
 			nodes = g.minors // what the device has, for people to see
 		}
-		out[i] = skel.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
+		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
 	}
 	return out, nil
 }

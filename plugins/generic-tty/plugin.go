@@ -8,6 +8,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/alloc"
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
@@ -36,7 +37,8 @@ type plugin struct {
 
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
-	if err := c.Config.DecodeArgs(&a); err != nil {
+	spec, err := pool.Args(c.Config, &a)
+	if err != nil {
 		return nil, err
 	}
 	if a.NumSystemReserved < 0 {
@@ -53,7 +55,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
-	p.Pool = pool.Pool{Name: name, Call: c, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Call: c, Spec: spec, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -96,7 +98,7 @@ func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
 }
 
 // inventory lists every tty of the family and why it is not handed out.
-func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
+func (p *plugin) inventory() ([]protocol.DeviceInfo, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -104,9 +106,9 @@ func (p *plugin) inventory() ([]skel.DeviceInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]skel.DeviceInfo, 0, len(ttys))
+	out := make([]protocol.DeviceInfo, 0, len(ttys))
 	for _, t := range ttys {
-		d := skel.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}, NUMA: alloc.Unknown}
+		d := protocol.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}, NUMA: alloc.Unknown}
 		switch {
 		case p.prefix == "tty" && t.Index == 0:
 			d.Reason = "the current console, never handed out"

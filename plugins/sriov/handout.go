@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/pool"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/store"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
@@ -52,7 +51,7 @@ func (p *plugin) bind(addr string) error {
 	dir := p.host.PCIDir(addr)
 	d, err := sysfs.OpenDir(dir)
 	if err != nil {
-		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 	}
 	defer d.Close()
 	if d.LinkBase("driver") == p.vfDriver {
@@ -61,21 +60,21 @@ func (p *plugin) bind(addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	if err := sysfs.WriteAttr(ctx, dir+"/driver_override", p.vfDriver); err != nil {
-		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 	}
 	if d.LinkBase("driver") != "" {
 		if err := sysfs.WriteAttr(ctx, dir+"/driver/unbind", addr); err != nil {
-			return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+			return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 		}
 	}
 	if err := sysfs.WriteAttr(ctx, p.host.Sys("bus", "pci", "drivers_probe"), addr); err != nil {
-		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 	}
 	err = sysfs.WaitFor(ctx, fmt.Sprintf("%s bound to %s", addr, p.vfDriver), func() bool {
 		return d.LinkBase("driver") == p.vfDriver
 	})
 	if err != nil {
-		return skel.Errorf(skel.CodeSetup, "VF %s: %w", addr, err)
+		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
 	}
 	return nil
 }
@@ -86,12 +85,12 @@ func (p *plugin) vfio(addrs []string) ([]string, error) {
 	for _, a := range addrs {
 		d, err := sysfs.OpenDir(p.host.PCIDir(a))
 		if err != nil {
-			return nil, skel.Errorf(skel.CodeSetup, "VF %s: %w", a, err)
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: %w", a, err)
 		}
 		group := d.LinkBase("iommu_group")
 		d.Close()
 		if group == "" {
-			return nil, skel.Errorf(skel.CodeSetup, "VF %s has no IOMMU group (is the IOMMU enabled?)", a)
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s has no IOMMU group (is the IOMMU enabled?)", a)
 		}
 		node := ""
 		for _, name := range []string{"vfio/" + group, "vfio/noiommu-" + group} {
@@ -101,14 +100,14 @@ func (p *plugin) vfio(addrs []string) ([]string, error) {
 			}
 		}
 		if node == "" {
-			return nil, skel.Errorf(skel.CodeSetup, "VF %s: no /dev/vfio/%s; is it bound to vfio-pci?", a, group)
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: no /dev/vfio/%s; is it bound to vfio-pci?", a, group)
 		}
 		if !slices.Contains(nodes, node) {
 			nodes = append(nodes, node)
 		}
 	}
 	if !p.host.NodeExists("vfio/vfio") {
-		return nil, skel.Errorf(skel.CodeSetup, "/dev/vfio/vfio does not exist (is vfio loaded?)")
+		return nil, protocol.Errorf(protocol.CodeSetup, "/dev/vfio/vfio does not exist (is vfio loaded?)")
 	}
 	return append(nodes, "/dev/vfio/vfio"), nil
 }
@@ -141,37 +140,29 @@ func (p *plugin) runDelegate(plugin, id string, addrs []string, env ...string) (
 	if err != nil {
 		return nil, err
 	}
-	env = append(env, "CDI_VERSION="+p.call.Version, "CDI_REQUEST_ID="+id)
+	env = append(env, protocol.EnvVersion+"="+p.call.Version, protocol.EnvRequestID+"="+id)
 	return invoke.Run(context.Background(), invoke.Call{Plugin: plugin, Path: p.call.Env.Path, Env: env, Config: conf})
 }
 
 // delegateAdd runs the delegate's ADD for the chosen VFs.
 func (p *plugin) delegateAdd(item abnf.Item, addrs []string) ([]string, error) {
-	numa := ""
-	if p.call.Locality != nil {
-		s := make([]string, len(p.call.Locality))
-		for i, n := range p.call.Locality {
-			s[i] = fmt.Sprint(n)
-		}
-		numa = strings.Join(s, ",")
-	}
-	r, err := p.runDelegate(p.delegate.Plugin, p.call.RequestID, addrs, "CDI_COMMAND=ADD",
-		fmt.Sprintf("CDI_REQUEST=%s:%d", item.Spec, len(addrs)), "CDI_REQUEST_NUMA_LOCALITY="+numa)
+	r, err := p.runDelegate(p.delegate.Plugin, p.call.RequestID, addrs, protocol.EnvCommand+"="+protocol.CmdAdd,
+		fmt.Sprintf("%s=%s:%d", protocol.EnvRequest, item.Spec, len(addrs)), protocol.EnvNUMA+"="+abnf.FormatNUMA(p.call.Locality))
 	if err != nil {
 		return nil, delegateError(p.delegate.Plugin, err)
 	}
 	var devices []string
 	if err := json.Unmarshal(r.Object["devices"], &devices); err != nil {
-		return nil, skel.Errorf(skel.CodeDelegate, "delegate %s: answer has no devices list: %s", p.delegate.Plugin, r.Raw)
+		return nil, protocol.Errorf(protocol.CodeDelegate, "delegate %s: answer has no devices list: %s", p.delegate.Plugin, r.Raw)
 	}
 	return devices, nil
 }
 
 // delegateDel runs the delegate's DEL; an unknown request-id is fine.
 func (p *plugin) delegateDel(plugin, id string, addrs []string) error {
-	_, err := p.runDelegate(plugin, id, addrs, "CDI_COMMAND=DEL", "CDI_REQUEST=", "CDI_REQUEST_NUMA_LOCALITY=")
+	_, err := p.runDelegate(plugin, id, addrs, protocol.EnvCommand+"="+protocol.CmdDel, protocol.EnvRequest+"=", protocol.EnvNUMA+"=")
 	var pe *invoke.Error
-	if errors.As(err, &pe) && pe.Code == skel.CodeUnknownRequestID {
+	if errors.As(err, &pe) && pe.Code == protocol.CodeUnknownRequestID {
 		return nil
 	}
 	if err != nil {
@@ -203,7 +194,7 @@ func delegateError(plugin string, err error) error {
 	var pe *invoke.Error
 	if errors.As(err, &pe) {
 		b, _ := json.Marshal(pe)
-		return skel.Errorf(skel.CodeDelegate, "delegate %s failed: %s", plugin, b)
+		return protocol.Errorf(protocol.CodeDelegate, "delegate %s failed: %s", plugin, b)
 	}
-	return skel.Errorf(skel.CodeDelegate, "delegate %s failed: %v", plugin, err)
+	return protocol.Errorf(protocol.CodeDelegate, "delegate %s failed: %v", plugin, err)
 }

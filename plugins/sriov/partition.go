@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/store"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
@@ -101,7 +101,7 @@ func plan(current, total, want int, busy bool) ([]int, error) {
 func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
 	pfs, err := p.pfs()
 	if err != nil {
-		return nil, skel.Errorf(skel.CodeInternal, "finding PFs: %w", err)
+		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)
 	}
 	defer func() {
 		for _, f := range pfs {
@@ -117,7 +117,7 @@ func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
 		}
 		writes, err := plan(f.current, f.total, p.numVFs, busy)
 		if err != nil {
-			return nil, skel.Errorf(skel.CodeSetup, "PF %s: %w", f.addr, err)
+			return nil, protocol.Errorf(protocol.CodeSetup, "PF %s: %w", f.addr, err)
 		}
 		if len(writes) > 0 {
 			if err := p.partition(f, writes); err != nil {
@@ -177,5 +177,5 @@ func setupError(addr string, err error) error {
 	if errors.Is(err, unix.ENOENT) {
 		hint = " (ENOENT: does the PF have a driver bound?)"
 	}
-	return skel.Errorf(skel.CodeSetup, "PF %s: %w%s", addr, err, hint)
+	return protocol.Errorf(protocol.CodeSetup, "PF %s: %w%s", addr, err, hint)
 }

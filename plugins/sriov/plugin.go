@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
@@ -52,12 +53,12 @@ type plugin struct {
 
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
-	if err := c.Config.DecodeArgs(&a); err != nil {
+	spec, err := pool.Args(c.Config, &a)
+	if err != nil {
 		return nil, err
 	}
 	p := &plugin{call: c, host: sysfs.NewHost(c.Env.HostRoot), numVFs: a.NumVFs, vfDriver: a.VFDriver,
 		autoprobe: a.DriversAutoprobe, delegate: a.Delegate, timeout: 10 * time.Second}
-	var err error
 	if p.addrs, err = sysfs.AddrSet("pf_pci_addresses", a.PFPCIAddresses); err != nil {
 		return nil, err
 	}
@@ -77,8 +78,8 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, fmt.Errorf("vf_driver %q is not a driver name", a.VFDriver)
 	}
 	if d := a.Delegate; d != nil {
-		if d.Plugin == "" || strings.ContainsAny(d.Plugin, "/\x00") {
-			return nil, fmt.Errorf("delegate.plugin %q must be a bare binary name", d.Plugin)
+		if err := protocol.ValidPluginName(d.Plugin); err != nil {
+			return nil, fmt.Errorf("delegate.plugin: %w", err)
 		}
 		if len(d.Args) > 0 && string(d.Args) != "null" {
 			var m map[string]json.RawMessage
@@ -88,7 +89,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		}
 	}
 	if a.SetupTimeout != "" {
-		if p.timeout, err = skel.ParseTimeout(a.SetupTimeout); err != nil {
+		if p.timeout, err = protocol.ParseTimeout(a.SetupTimeout); err != nil {
 			return nil, fmt.Errorf("setup_timeout: %w", err)
 		}
 	}
@@ -96,7 +97,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Pool = pool.Pool{Name: name, Call: c, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
+	p.Pool = pool.Pool{Name: name, Call: c, Spec: spec, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
 	return p, nil
 }
 
@@ -104,7 +105,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 func (p *plugin) Info(context.Context, *skel.Call) (map[string]int, error) {
 	pfs, err := p.pfs()
 	if err != nil {
-		return nil, skel.Errorf(skel.CodeInternal, "finding PFs: %w", err)
+		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)
 	}
 	n := 0
 	for _, pf := range pfs {

@@ -19,7 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
@@ -244,7 +244,7 @@ func prepare(work, binDir string) ([]scenario, error) {
 	ttyConf := `{"cdiVersion":"0.0.2","name":"tty","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12}}`
 	gpuConf := `{"cdiVersion":"0.0.2","name":"gpu","type":"gpu","plugin":"drm"}`
 	base := func(host, state string) []string {
-		return []string{"CDI_HOST_ROOT=" + roots[host], "CDI_STATE_DIR=" + filepath.Join(work, "state", state), "CDI_VERSION=" + skel.Latest}
+		return []string{"CDI_HOST_ROOT=" + roots[host], "CDI_STATE_DIR=" + filepath.Join(work, "state", state), "CDI_VERSION=" + protocol.Latest}
 	}
 	tty := filepath.Join(binDir, "generic-tty")
 	drm := filepath.Join(binDir, "drm")

@@ -1,4 +1,4 @@
-package skel
+package protocol
 
 import (
 	"bytes"
@@ -38,4 +38,13 @@ func EncodeObject(fields []Field) ([]byte, error) {
 	}
 	b.WriteString("}\n")
 	return b.Bytes(), nil
+}
+
+// NonNil returns s, or an empty slice when s is nil, so that a list is
+// printed as [] rather than null.
+func NonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package skel
+package protocol
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 )
 
 // Well-known error codes of the protocol (0-99) and the plugin-specific codes
-// this suite uses in every plugin (100+). See RULINGS.md §1.
+// this suite uses in every plugin (100+), docs/protocol.md#replies.
 const (
 	CodeIncompatibleVersion       = 1
 	CodeIncompatibleConfigVersion = 2
@@ -25,8 +25,9 @@ const (
 	CodeDelegate       = 108
 )
 
-// messages holds the fixed msg text of each code.
-func message(code int) string {
+// Message returns the fixed msg text of a code; codes without one of their
+// own share the text of code 100.
+func Message(code int) string {
 	switch code {
 	case CodeIncompatibleVersion:
 		return "Incompatible CDI version"
@@ -59,12 +60,13 @@ func message(code int) string {
 }
 
 // Error is a protocol error: a code, its fixed message and optional details.
-// Plugins return it (possibly wrapped) from their commands; skel prints it.
+// Plugins return it (possibly wrapped) from their commands and skel prints
+// it; callers decode it from a plugin's answer.
 type Error struct {
-	Code    int
-	Msg     string
-	Details string
-	Err     error // the underlying cause, if any; not printed
+	Code    int    `json:"code"`
+	Msg     string `json:"msg"`
+	Details string `json:"details,omitempty"`
+	Err     error  `json:"-"` // the underlying cause, if any; not printed
 }
 
 func (e *Error) Error() string {
@@ -79,14 +81,14 @@ func (e *Error) Unwrap() error { return e.Err }
 // NewError returns an Error with the standard message of code and the given
 // details.
 func NewError(code int, details string) *Error {
-	return &Error{Code: code, Msg: message(code), Details: details}
+	return &Error{Code: code, Msg: Message(code), Details: details}
 }
 
 // Errorf returns an Error with the standard message of code and formatted
 // details. A %w verb in format makes the wrapped error the Error's cause.
 func Errorf(code int, format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
-	return &Error{Code: code, Msg: message(code), Details: err.Error(), Err: errors.Unwrap(err)}
+	return &Error{Code: code, Msg: Message(code), Details: err.Error(), Err: errors.Unwrap(err)}
 }
 
 // AsError converts any error into a protocol Error. Errors that are not
@@ -96,5 +98,5 @@ func AsError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	return &Error{Code: CodeInternal, Msg: message(CodeInternal), Details: err.Error(), Err: err}
+	return &Error{Code: CodeInternal, Msg: Message(CodeInternal), Details: err.Error(), Err: err}
 }

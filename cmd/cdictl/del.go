@@ -1,0 +1,52 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+func delCommand() *command {
+	return &command{name: "del", args: "--id ID", summary: "free what a request-id holds in every plugin",
+		example: "cdictl del --id pod-1234",
+		setup: func(fs *flag.FlagSet) runFunc {
+			var id string
+			fs.StringVar(&id, "id", "", "request-id to free (required)")
+			return func(a *app, args []string) int { return a.del(id, args) }
+		}}
+}
+
+// delEntry is one plugin's DEL outcome; Freed is false without an error
+// when the plugin held nothing for the id.
+type delEntry struct {
+	outcome
+	Freed bool `json:"freed"`
+}
+
+// del frees id in every plugin. It exits 0 whatever the plugins answer:
+// their outcomes are in the output.
+func (a *app) del(id string, args []string) int {
+	id, ok := a.requestID(id)
+	if !ok {
+		return exitUsage
+	}
+	if len(args) != 0 {
+		return a.usageErr("takes no arguments")
+	}
+	out, _ := callEach(a, a.configs(""), func(conf caller.Config, e *delEntry) (err error) {
+		e.Freed, err = a.caller().Del(a.ctx(), conf, id)
+		return err
+	})
+	a.report("TYPE\tPLUGIN\tCONFIG\tRESULT", rowsOf(out, func(e *delEntry) []string {
+		res := "nothing held"
+		switch {
+		case e.Error != nil:
+			res = e.Error.String()
+		case e.Freed:
+			res = "freed"
+		}
+		return []string{e.Type, e.Plugin, e.File, res}
+	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "requestId", Value: id}, protocol.Field{Key: "results", Value: out})
+	return exitOK
+}

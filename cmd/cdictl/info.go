@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+func infoCommand() *command {
+	return &command{name: "info", args: "[TYPE]", summary: "node capacity per resource-spec, summed over plugins",
+		example: "cdictl info\n  cdictl info -o json tty", setup: noFlags((*app).info)}
+}
+
+// infoEntry is one plugin's INFO answer.
+type infoEntry struct {
+	outcome
+	caps map[string]int
+}
+
+func (a *app) info(args []string) int {
+	typ, ok := a.typeArg(args)
+	if !ok {
+		return exitUsage
+	}
+	confs := a.configs(typ)
+	out, failed := callEach(a, confs, func(conf caller.Config, e *infoEntry) (err error) {
+		e.caps, err = a.caller().Info(a.ctx(), conf)
+		return err
+	})
+	total := map[string]int{}
+	for _, conf := range confs {
+		total[conf.Type] = 0 // every configured type is reported, even at 0
+	}
+	sources := map[string][]string{}
+	for _, e := range out {
+		for k, n := range e.caps {
+			total[k] += n
+			sources[k] = append(sources[k], e.Plugin)
+		}
+	}
+	keys := slices.Sorted(maps.Keys(total))
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}}
+	for _, k := range keys {
+		fields = append(fields, protocol.Field{Key: k, Value: total[k]})
+	}
+	a.report("RESOURCE\tCAPACITY\tPLUGINS", rowsOf(keys, func(k *string) []string {
+		return []string{*k, fmt.Sprint(total[*k]), strings.Join(sources[*k], ",")}
+	}), fields...)
+	return status(failed)
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/invoke"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// report prints a command's result as -o asks: a table with header and
+// the rows that rows returns, or fields as one JSON object.
+func (a *app) report(header string, rows func() [][]string, fields ...protocol.Field) {
+	if a.output == "table" {
+		a.table(header, rows())
+		return
+	}
+	a.writeFields(fields)
+}
+
+// writeFields prints an ordered JSON object.
+func (a *app) writeFields(fields []protocol.Field) {
+	b, err := protocol.EncodeObject(fields)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
+		return
+	}
+	a.stdout.Write(b)
+}
+
+func (a *app) table(header string, rows [][]string) {
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// errorJSON is a protocol error as cdictl prints it.
+type errorJSON struct {
+	Code    int    `json:"code"`
+	Msg     string `json:"msg"`
+	Details string `json:"details,omitempty"`
+	Kind    string `json:"kind,omitempty"` // timeout, crash, garbage, exec
+	Stderr  string `json:"stderr,omitempty"`
+}
+
+func toErrorJSON(err error) *errorJSON {
+	var pe *invoke.Error
+	var re *invoke.RunError
+	var se *protocol.Error
+	switch {
+	case errors.As(err, &pe):
+		return &errorJSON{Code: pe.Code, Msg: pe.Msg, Details: pe.Details}
+	case errors.As(err, &re):
+		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
+	case errors.As(err, &se):
+		return &errorJSON{Code: se.Code, Msg: se.Msg, Details: se.Details}
+	}
+	return &errorJSON{Code: protocol.CodeInternal, Msg: "Internal error", Details: err.Error()}
+}
+
+// String is the error as a table cell.
+func (e *errorJSON) String() string { return "error: " + e.Msg + " " + e.Details }
+
+// outcome is one plugin's result in a multi-plugin report. The entries of
+// every such report embed it.
+type outcome struct {
+	File   string     `json:"file"`
+	Type   string     `json:"type"`
+	Plugin string     `json:"plugin"`
+	Error  *errorJSON `json:"error,omitempty"`
+}
+
+func (o *outcome) head() *outcome { return o }
+
+// entry is a pointer to a report entry E that embeds outcome.
+type entry[E any] interface {
+	*E
+	head() *outcome
+}
+
+// callEach calls fn for every config, in order, and returns one entry per
+// config with its outcome filled in. A call that fails is reported on
+// stderr and recorded in its entry's error; failed says whether any did.
+func callEach[E any, P entry[E]](a *app, confs []caller.Config, fn func(conf caller.Config, e P) error) (out []E, failed bool) {
+	out = make([]E, len(confs))
+	for i, conf := range confs {
+		e := P(&out[i])
+		*e.head() = outcome{File: conf.File, Type: conf.Type, Plugin: conf.Plugin}
+		if err := fn(conf, e); err != nil {
+			a.pluginErr(err)
+			e.head().Error = toErrorJSON(err)
+			failed = true
+		}
+	}
+	return out, failed
+}
+
+// rowsOf returns a table row per entry.
+func rowsOf[E any](out []E, row func(e *E) []string) func() [][]string {
+	return func() [][]string {
+		rows := make([][]string, 0, len(out))
+		for i := range out {
+			rows = append(rows, row(&out[i]))
+		}
+		return rows
+	}
+}
+
+// status is exitFailed when failed, else exitOK.
+func status(failed bool) int {
+	if failed {
+		return exitFailed
+	}
+	return exitOK
+}

@@ -1,0 +1,12 @@
+package protocol
+
+// DeviceInfo is one device of a plugin's inventory, as the DEVICES
+// extension answers it (docs/protocol.md#extension-devices).
+type DeviceInfo struct {
+	Key    string   `json:"key"`
+	Nodes  []string `json:"nodes"`
+	NUMA   int      `json:"numa"`
+	Usable bool     `json:"usable"`
+	Reason string   `json:"reason,omitempty"` // why it is not usable
+	HeldBy string   `json:"heldBy,omitempty"` // request-id holding it
+}

@@ -1,0 +1,93 @@
+package protocol
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Environment variables (docs/protocol.md#environment-variables).
+const (
+	EnvCommand     = "CDI_COMMAND"
+	EnvVersion     = "CDI_VERSION"
+	EnvRequest     = "CDI_REQUEST"
+	EnvRequestID   = "CDI_REQUEST_ID"
+	EnvNUMA        = "CDI_REQUEST_NUMA_LOCALITY"
+	EnvValidIDs    = "CDI_VALID_REQUEST_IDS"
+	EnvHostRoot    = "CDI_HOST_ROOT"
+	EnvStateDir    = "CDI_STATE_DIR"
+	EnvPath        = "CDI_PATH"
+	EnvConfDir     = "CDI_CONF_DIR"
+	EnvLockTimeout = "CDI_LOCK_TIMEOUT"
+)
+
+// Defaults of the shared environment variables.
+const (
+	DefaultHostRoot    = "/"
+	DefaultStateDir    = "/var/lib/cdi"
+	DefaultPath        = "/opt/cdi/bin"
+	DefaultConfDir     = "/etc/cdi"
+	DefaultLockTimeout = 10 * time.Second
+)
+
+// NoValidIDs is the CDI_VALID_REQUEST_IDS value that keeps nothing. An
+// empty variable is refused instead, so that a missing list never wipes a
+// node (docs/protocol.md#extension-gc).
+const NoValidIDs = "none"
+
+// Env holds the suite-wide settings of the environment, defaults applied.
+type Env struct {
+	HostRoot    string        // CDI_HOST_ROOT
+	StateDir    string        // CDI_STATE_DIR
+	Path        string        // CDI_PATH
+	ConfDir     string        // CDI_CONF_DIR
+	LockTimeout time.Duration // CDI_LOCK_TIMEOUT
+}
+
+// ReadEnv reads the shared variables through getenv. A variable that is set
+// but empty counts as unset. An invalid CDI_LOCK_TIMEOUT leaves the default
+// in place and is returned as the error, for the caller to warn about.
+func ReadEnv(getenv func(string) string) (Env, error) {
+	get := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	e := Env{
+		HostRoot:    get(EnvHostRoot, DefaultHostRoot),
+		StateDir:    get(EnvStateDir, DefaultStateDir),
+		Path:        get(EnvPath, DefaultPath),
+		ConfDir:     get(EnvConfDir, DefaultConfDir),
+		LockTimeout: DefaultLockTimeout,
+	}
+	v := getenv(EnvLockTimeout)
+	if v == "" {
+		return e, nil
+	}
+	t, err := ParseTimeout(v)
+	if err != nil {
+		return e, fmt.Errorf("ignoring %s: %w", EnvLockTimeout, err)
+	}
+	e.LockTimeout = t
+	return e, nil
+}
+
+// ParseTimeout parses a duration given either in Go syntax ("1.5s", "500ms")
+// or as plain seconds ("10").
+func ParseTimeout(s string) (time.Duration, error) {
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		if n <= 0 || n > 24*3600 {
+			return 0, fmt.Errorf("%q out of range", s)
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	t, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q", s)
+	}
+	if t <= 0 {
+		return 0, fmt.Errorf("%q is not positive", s)
+	}
+	return t, nil
+}

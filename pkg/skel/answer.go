@@ -1,0 +1,112 @@
+package skel
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// answer calls the plugin for the call's command and renders its success
+// answer (docs/protocol.md#replies).
+func answer(ctx context.Context, plugin Plugin, c *Call) ([]protocol.Field, error) {
+	switch c.Command {
+	case protocol.CmdInfo:
+		caps, err := plugin.Info(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return capacityFields(c, caps)
+	case protocol.CmdAdd:
+		res, err := plugin.Add(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return addFields(c, res), nil
+	case protocol.CmdDel:
+		return nil, plugin.Del(ctx, c)
+	case protocol.CmdDevices:
+		devs, err := plugin.(Inventorier).Devices(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "devices", Value: protocol.NonNil(devs)}}, nil
+	}
+	res, err := plugin.(Collector).GC(ctx, c) // the only command left
+	if err != nil {
+		return nil, err
+	}
+	out := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "freed", Value: protocol.NonNil(res.Freed)}}
+	if len(res.Errors) > 0 {
+		out = append(out, protocol.Field{Key: "errors", Value: res.Errors})
+	}
+	return out, nil
+}
+
+// addFields renders an ADD answer: numa_locality only when it was asked
+// for, cdiDevices only when there are some.
+func addFields(c *Call, res *AddResult) []protocol.Field {
+	out := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "devices", Value: protocol.NonNil(res.Devices)}}
+	if c.Locality != nil {
+		out = append(out, protocol.Field{Key: "numa_locality", Value: protocol.NonNil(res.NUMA)})
+	}
+	if len(res.CDIDevices) > 0 {
+		out = append(out, protocol.Field{Key: "cdiDevices", Value: res.CDIDevices})
+	}
+	return out
+}
+
+// capacityFields renders an INFO answer: cdiVersion, the type, then any
+// subtypes in name order. Keys outside the config's type are refused.
+func capacityFields(c *Call, caps map[string]int) ([]protocol.Field, error) {
+	out := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: c.Config.Type, Value: caps[c.Config.Type]}}
+	keys := make([]string, 0, len(caps))
+	for k := range caps {
+		if k == c.Config.Type {
+			continue
+		}
+		if !strings.HasPrefix(k, c.Config.Type+"-") {
+			return nil, protocol.Errorf(protocol.CodeInternal, "plugin reported capacity for %q outside type %q", k, c.Config.Type)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		out = append(out, protocol.Field{Key: k, Value: caps[k]})
+	}
+	return out, nil
+}
+
+// fail prints err as a protocol error object and returns the exit status:
+// 1, except for DEL, which always exits 0.
+func (d Dispatcher) fail(c *Call, err error) int {
+	e := protocol.AsError(err)
+	fields := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
+	if e.Details != "" {
+		fields = append(fields, protocol.Field{Key: "details", Value: e.Details})
+	}
+	status := 1
+	if c.Command == protocol.CmdDel {
+		status = 0
+	}
+	return d.print(status, fields)
+}
+
+// print writes fields as the single JSON object of this invocation. A nil
+// fields prints nothing.
+func (d Dispatcher) print(status int, fields []protocol.Field) int {
+	if fields == nil {
+		return status
+	}
+	b, err := protocol.EncodeObject(fields)
+	if err != nil {
+		fmt.Fprintf(d.Stderr, "encoding reply: %v\n", err)
+		return status
+	}
+	if _, err := d.Stdout.Write(b); err != nil {
+		fmt.Fprintf(d.Stderr, "writing reply: %v\n", err)
+	}
+	return status
+}

@@ -1,0 +1,168 @@
+package skel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// Dispatcher runs one invocation against injected process state.
+type Dispatcher struct {
+	Getenv func(string) string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Main runs the plugin as the current process and exits. A termination
+// signal kills the process outright: every store change is one transaction,
+// so nothing is left half-written.
+func Main(about About) {
+	if versionFlag() {
+		os.Exit(0)
+	}
+	d := Dispatcher{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	os.Exit(d.Run(context.Background(), about))
+}
+
+// Run executes one command and returns the process exit status.
+func (d Dispatcher) Run(ctx context.Context, about About) int {
+	cmd := strings.ToUpper(d.Getenv(protocol.EnvCommand))
+	if cmd == protocol.CmdVersion {
+		return d.print(0, []protocol.Field{
+			{Key: "cdiVersion", Value: protocol.Latest},
+			{Key: "supportedVersions", Value: protocol.SupportedVersions()},
+		})
+	}
+	c := &Call{Command: cmd, Stderr: d.Stderr, Version: protocol.Latest}
+	res, err := d.safeRun(ctx, about, c)
+	if err != nil {
+		return d.fail(c, err)
+	}
+	return d.print(0, res)
+}
+
+// safeRun is run with any panic turned into an internal error; the stack
+// goes to stderr for the logs.
+func (d Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []protocol.Field, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(d.Stderr, "panic: %v\n%s", r, debug.Stack())
+			out, err = nil, protocol.Errorf(protocol.CodeInternal, "panic: %v", r)
+		}
+	}()
+	return d.run(ctx, about, c)
+}
+
+// run performs the checks of docs/protocol.md#order-of-checks in order and
+// calls the plugin. It returns the fields of the success answer (nil for
+// none).
+func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]protocol.Field, error) {
+	if err := d.readConfig(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := d.checkCommand(c); err != nil {
+		return nil, err
+	}
+	env, err := protocol.ReadEnv(d.Getenv)
+	if err != nil {
+		c.Warnf("%v", err)
+	}
+	c.Env = env
+	plugin, err := d.start(about, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.parseRequest(about, c); err != nil {
+		return nil, err
+	}
+	return answer(ctx, plugin, c)
+}
+
+// readConfig reads stdin and sets the reply's version and the config:
+// steps 1 to 4 of the order of checks. The reply's version is the first
+// supported of the environment's, the config's, and Latest.
+func (d Dispatcher) readConfig(ctx context.Context, c *Call) error {
+	stdin, readErr := readStdin(ctx, d.Stdin)
+	envVersion := d.Getenv(protocol.EnvVersion)
+	var probe struct {
+		CDIVersion any `json:"cdiVersion"`
+	}
+	_ = json.Unmarshal(stdin, &probe)
+	confVersion, _ := probe.CDIVersion.(string)
+	switch {
+	case protocol.Supported(envVersion):
+		c.Version = envVersion
+	case protocol.Supported(confVersion):
+		c.Version = confVersion
+	}
+
+	if envVersion != "" && !protocol.Supported(envVersion) {
+		return protocol.NewError(protocol.CodeIncompatibleVersion, "Unsupported version: "+envVersion)
+	}
+	if readErr != nil {
+		return protocol.Errorf(protocol.CodeInvalidConfig, "reading stdin: %w", readErr)
+	}
+	var err error
+	if c.Config, err = protocol.ParseConfig(stdin); err != nil {
+		return configError(err)
+	}
+	if !protocol.Supported(c.Config.CDIVersion) {
+		return protocol.NewError(protocol.CodeIncompatibleConfigVersion, "Unsupported config version: "+c.Config.CDIVersion)
+	}
+	return nil
+}
+
+// configError is code 101 for a config that ParseConfig refused.
+func configError(err error) error {
+	switch {
+	case errors.Is(err, protocol.ErrEmpty):
+		return protocol.NewError(protocol.CodeInvalidConfig, "stdin is empty; the plugin's config must be passed on stdin")
+	case errors.Is(err, protocol.ErrNotObject):
+		return protocol.Errorf(protocol.CodeInvalidConfig, "stdin is %w", err)
+	}
+	return protocol.Errorf(protocol.CodeInvalidConfig, "%w", err)
+}
+
+// checkCommand refuses a command that is not one of the protocol's or our
+// extensions'. Whether the plugin offers an extension is checked once it
+// exists.
+func (d Dispatcher) checkCommand(c *Call) error {
+	switch c.Command {
+	case protocol.CmdInfo, protocol.CmdAdd, protocol.CmdDel, protocol.CmdGC, protocol.CmdDevices:
+		return nil
+	case "":
+		return protocol.NewError(protocol.CodeCommandUnsupported, "CDI_COMMAND is not set")
+	}
+	return d.unsupported()
+}
+
+func (d Dispatcher) unsupported() error {
+	return protocol.NewError(protocol.CodeCommandUnsupported, "Unsupported command: "+d.Getenv(protocol.EnvCommand))
+}
+
+// start makes the plugin from its args, and refuses an extension it does
+// not implement.
+func (d Dispatcher) start(about About, c *Call) (Plugin, error) {
+	plugin, err := about.New(c)
+	if err != nil {
+		var e *protocol.Error
+		if !errors.As(err, &e) {
+			err = protocol.Errorf(protocol.CodeInvalidConfig, "args: %w", err)
+		}
+		return nil, err
+	}
+	_, canGC := plugin.(Collector)
+	_, canList := plugin.(Inventorier)
+	if c.Command == protocol.CmdGC && !canGC || c.Command == protocol.CmdDevices && !canList {
+		return nil, d.unsupported()
+	}
+	return plugin, nil
+}

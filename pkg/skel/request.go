@@ -1,0 +1,81 @@
+package skel
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// parseRequest performs the command-specific checks, the last step of
+// docs/protocol.md#order-of-checks.
+func (d Dispatcher) parseRequest(about About, c *Call) error {
+	switch c.Command {
+	case protocol.CmdAdd, protocol.CmdDel:
+		c.RequestID = d.Getenv(protocol.EnvRequestID)
+		if c.RequestID == "" {
+			return protocol.NewError(protocol.CodeInvalidRequest, "CDI_REQUEST_ID is not set")
+		}
+		if err := abnf.ValidRequestID(c.RequestID); err != nil {
+			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_ID: %w", err)
+		}
+	case protocol.CmdGC:
+		return d.parseValidIDs(c)
+	}
+	if c.Command != protocol.CmdAdd {
+		return nil
+	}
+	return d.parseAdd(about, c)
+}
+
+// parseValidIDs reads CDI_VALID_REQUEST_IDS. An empty list is legal (it
+// frees everything) only when spelled as the single word "none", so a
+// variable that is merely present but empty never wipes a node.
+func (d Dispatcher) parseValidIDs(c *Call) error {
+	raw := d.Getenv(protocol.EnvValidIDs)
+	switch raw {
+	case "":
+		return protocol.NewError(protocol.CodeInvalidRequest, "CDI_VALID_REQUEST_IDS is not set; refusing to collect without a list of valid request-ids")
+	case protocol.NoValidIDs:
+		raw = ""
+	}
+	c.ValidIDs = map[string]bool{}
+	for id := range strings.SplitSeq(raw, ",") {
+		if id == "" {
+			continue
+		}
+		if err := abnf.ValidRequestID(id); err != nil {
+			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_VALID_REQUEST_IDS: %w", err)
+		}
+		c.ValidIDs[id] = true
+	}
+	return nil
+}
+
+// parseAdd reads the request and its locality: every spec is checked
+// (grammar, then support) before any amount.
+func (d Dispatcher) parseAdd(about About, c *Call) error {
+	raw := d.Getenv(protocol.EnvRequest)
+	if raw == "" {
+		return protocol.NewError(protocol.CodeInvalidRequest, "CDI_REQUEST is not set")
+	}
+	specs, err := abnf.RequestSpecs(raw)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST: %w", err)
+	}
+	for _, s := range specs {
+		if s.Type != c.Config.Type || s.Subtype != "" && !slices.Contains(about.Subtypes, s.Subtype) {
+			return protocol.NewError(protocol.CodeSpecUnsupported, "Unsupported resource-spec: "+s.String())
+		}
+	}
+	if c.Request, err = abnf.ParseRequest(raw); err != nil {
+		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST: %w", err)
+	}
+	if numa := d.Getenv(protocol.EnvNUMA); numa != "" {
+		if c.Locality, err = abnf.ParseNUMA(numa); err != nil {
+			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_NUMA_LOCALITY: %w", err)
+		}
+	}
+	return nil
+}
