@@ -134,7 +134,7 @@ func TestDeb(t *testing.T) {
 	for _, p := range names(t, "cmd") {
 		want = append(want, "usr/bin/"+p)
 	}
-	for _, p := range append(want,"usr/share/doc/cdi-exec-plugins/copyright", "usr/share/doc/cdi-exec-plugins/third-party/go.etcd.io/bbolt/LICENSE") {
+	for _, p := range append(want, "usr/share/doc/cdi-exec-plugins/copyright", "usr/share/doc/cdi-exec-plugins/third-party/go.etcd.io/bbolt/LICENSE") {
 		if !r.exists(p) {
 			t.Errorf("%s is not installed", p)
 		}
