@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -47,29 +45,16 @@ func (f *addFlags) run(a *app, args []string) int {
 			return a.usageErr("--numa: %v", err)
 		}
 	}
-	added, err := a.caller().AddAll(a.ctx(), a.configs(""), id, req, numa)
+	confs, err := a.configs(requestTypes(req)...)
 	if err != nil {
-		a.pluginErr(err)
-		a.addFailed(err)
-		return exitFailed
+		return a.fail(err)
+	}
+	added, err := a.caller().AddAll(a.ctx(), confs, id, req, numa)
+	if err != nil {
+		return a.fail(err)
 	}
 	a.added(added, numa != nil)
 	return exitOK
-}
-
-// addFailed prints a failed ADD as one protocol error object.
-func (a *app) addFailed(err error) {
-	e := toErrorJSON(err)
-	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
-	details := e.Details
-	var pe *caller.PluginError
-	if errors.As(err, &pe) {
-		details = strings.TrimSpace(fmt.Sprintf("%s (plugin %s): %s", pe.Config.File, pe.Config.Plugin, details))
-	}
-	if details != "" {
-		fields = append(fields, protocol.Field{Key: "details", Value: details})
-	}
-	a.writeFields(fields)
 }
 
 // added prints the merged answer of a successful ADD; numa_locality only
@@ -101,4 +86,15 @@ func (a *app) added(added []*caller.Added, withNUMA bool) {
 	a.report("TYPE\tPLUGIN\tDEVICES", rowsOf(added, func(ad **caller.Added) []string {
 		return []string{(*ad).Config.Type, (*ad).Config.Plugin, strings.Join((*ad).Devices, " ")}
 	}), fields...)
+}
+
+// requestTypes returns the resource types a request names, once each.
+func requestTypes(req abnf.Request) []string {
+	var types []string
+	for _, it := range req.Items {
+		if !slices.Contains(types, it.Spec.Type) {
+			types = append(types, it.Spec.Type)
+		}
+	}
+	return types
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -19,7 +21,7 @@ import (
 // Exit statuses.
 const (
 	exitOK     = 0
-	exitFailed = 1 // a plugin failed
+	exitFailed = 1 // the command failed: a plugin, a store, nothing configured
 	exitUsage  = 2
 )
 
@@ -33,12 +35,12 @@ type env struct {
 // app holds the settings shared by every subcommand.
 type app struct {
 	env
-	name     string // "cdictl <command>", for messages
-	confDir  string
-	path     string
-	stateDir string
-	timeout  time.Duration
-	output   string // "json" or "table"
+	name string // "cdictl <command>", for messages
+	// cfg is the suite's environment, read as the plugins read it;
+	// --conf-dir, --path and --state-dir override its fields.
+	cfg     protocol.Env
+	timeout time.Duration
+	output  string // "json" or "table"
 }
 
 func run(args []string, e env) int {
@@ -101,27 +103,49 @@ func usage(w io.Writer) {
 func (a *app) flagSet(c *command) (*flag.FlagSet, runFunc) {
 	fs := flag.NewFlagSet(a.name, flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
-	def := func(name, fallback string) string {
-		if v := a.getenv(name); v != "" {
-			return v
-		}
-		return fallback
+	var err error
+	if a.cfg, err = protocol.ReadEnv(a.getenv); err != nil {
+		fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", err)
 	}
-	fs.StringVar(&a.confDir, "conf-dir", def("CDI_CONF_DIR", protocol.DefaultConfDir), "config directory with <type>.d/*.conf")
-	fs.StringVar(&a.path, "path", def("CDI_PATH", protocol.DefaultPath), "plugin search path, colon-separated")
-	fs.StringVar(&a.stateDir, "state-dir", def("CDI_STATE_DIR", protocol.DefaultStateDir), "plugin state directory (for ls)")
+	fs.StringVar(&a.cfg.ConfDir, "conf-dir", a.cfg.ConfDir, "config directory with <type>.d/*.conf")
+	fs.StringVar(&a.cfg.Path, "path", a.cfg.Path, "plugin search path, colon-separated; passed to plugins as CDI_PATH")
+	fs.StringVar(&a.cfg.StateDir, "state-dir", a.cfg.StateDir, "plugin state directory; passed to plugins as CDI_STATE_DIR")
 	fs.DurationVar(&a.timeout, "timeout", invoke.DefaultTimeout, "deadline of each plugin run")
 	defOut := "json"
 	if isTerminal(a.stdout) {
 		defOut = "table"
 	}
-	fs.StringVar(&a.output, "o", defOut, "output: json (default when piped) or table (default on a terminal)")
+	fs.StringVar(&a.output, "o", defOut, "output `json|table`: json when stdout is piped, table on a terminal")
 	runCmd := c.setup(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cdictl %s %s\n\n%s.\n\nExamples:\n  %s\n\nFlags:\n", c.name, c.args, c.summary, c.example)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	return fs, runCmd
+}
+
+// printFlags lists the flags as the docs spell them: -o, and --name for
+// the longer ones.
+func printFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		arg, usage := flag.UnquoteUsage(f)
+		line := "  " + dash + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		switch {
+		case f.DefValue == "" || f.DefValue == "false":
+		case arg == "string":
+			usage += fmt.Sprintf(" (default %q)", f.DefValue)
+		default:
+			usage += fmt.Sprintf(" (default %v)", f.DefValue)
+		}
+		fmt.Fprintf(fs.Output(), "%s\n    \t%s\n", line, usage)
+	})
 }
 
 // parse accepts flags before and after positional arguments.
@@ -154,38 +178,64 @@ func (a *app) usageErr(format string, args ...any) int {
 	return exitUsage
 }
 
-// configs loads the configs of typ ("" for all), reporting unusable files.
-func (a *app) configs(typ string) []caller.Config {
-	confs, probs := caller.Load(a.confDir)
+// load reads every config, reporting unusable files on stderr.
+func (a *app) load() []caller.Config {
+	confs, probs := caller.Load(a.cfg.ConfDir)
 	for _, p := range probs {
 		fmt.Fprintf(a.stderr, "cdictl: skipping %v\n", p)
 	}
-	return caller.OfType(confs, typ)
+	return confs
 }
 
-func (a *app) caller() caller.Caller { return caller.Caller{Path: a.path, Timeout: a.timeout} }
+// configs returns the usable configs of the given types, in load order;
+// every config when no type is given. A type without a usable config, or
+// a config directory without any, is an error (code 4) naming the files
+// searched.
+func (a *app) configs(types ...string) ([]caller.Config, error) {
+	all := a.load()
+	dir, err := filepath.Abs(a.cfg.ConfDir)
+	if err != nil {
+		dir = a.cfg.ConfDir
+	}
+	if len(all) == 0 {
+		return nil, protocol.NewError(protocol.CodeSpecUnsupported, "no usable plugin config: none in "+filepath.Join(dir, "*.d", "*.conf"))
+	}
+	if len(types) == 0 {
+		return all, nil
+	}
+	for _, t := range types {
+		if len(caller.OfType(all, t)) == 0 {
+			return nil, protocol.NewError(protocol.CodeSpecUnsupported, fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf")))
+		}
+	}
+	return slices.DeleteFunc(all, func(c caller.Config) bool { return !slices.Contains(types, c.Type) }), nil
+}
+
+// caller runs plugins with the settings cdictl was given: the search path
+// and state directory reach every plugin as CDI_PATH and CDI_STATE_DIR, so
+// that a delegate is found on the same path and every command sees the
+// same stores.
+func (a *app) caller() caller.Caller {
+	return caller.Caller{Path: a.cfg.Path, Timeout: a.timeout,
+		Env: []string{protocol.EnvPath + "=" + a.cfg.Path, protocol.EnvStateDir + "=" + a.cfg.StateDir}}
+}
 
 func (a *app) ctx() context.Context { return context.Background() }
 
-// pluginErr reports a plugin failure on stderr, naming config and plugin.
-func (a *app) pluginErr(err error) {
-	fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
-}
-
-// typeArg returns the optional TYPE argument.
-func (a *app) typeArg(args []string) (string, bool) {
+// typeArg returns the optional TYPE argument: no types or one.
+func (a *app) typeArg(args []string) ([]string, bool) {
 	switch len(args) {
 	case 0:
-		return "", true
+		return nil, true
 	case 1:
 		if err := abnf.ValidType(args[0]); err != nil {
 			a.usageErr("%v", err)
-			return "", false
+			return nil, false
 		}
-		return args[0], true
+		return args, true
 	}
 	a.usageErr("takes at most one TYPE")
-	return "", false
+	return nil, false
 }
 
 // requestID validates an --id flag.

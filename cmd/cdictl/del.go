@@ -34,7 +34,11 @@ func (a *app) del(id string, args []string) int {
 	if len(args) != 0 {
 		return a.usageErr("takes no arguments")
 	}
-	out, _ := callEach(a, a.configs(""), func(conf caller.Config, e *delEntry) (err error) {
+	confs, err := a.configs()
+	if err != nil {
+		return a.fail(err)
+	}
+	out, _ := callEach(a, confs, func(conf caller.Config, e *delEntry) (err error) {
 		e.Freed, err = a.caller().Del(a.ctx(), conf, id)
 		return err
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,16 +12,14 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
-// device is one row of `cdictl devices`.
+// device is one row of `cdictl devices`: a device as its plugin's DEVICES
+// answer gives it, with the names of its PCI ids.
 type device struct {
 	protocol.DeviceInfo
-	VendorID string `json:"vendorId,omitempty"`
-	DeviceID string `json:"deviceId,omitempty"`
-	Vendor   string `json:"vendor,omitempty"`  // name from the PCI ids database
-	Product  string `json:"product,omitempty"` // name from the PCI ids database
+	Vendor  string `json:"vendor,omitempty"`  // name from the PCI ids database
+	Product string `json:"product,omitempty"` // name from the PCI ids database
 }
 
 // pciNames looks PCI ids up in the host's pci.ids, loaded at most once and
@@ -71,42 +70,43 @@ func devicesCommand() *command {
 		example: "cdictl devices\n  cdictl devices -o table gpu", setup: noFlags((*app).devices)}
 }
 
-// devicesEntry is one plugin's inventory.
+// devicesEntry is one plugin's inventory. NoInventory marks a plugin that
+// has none of its own: it answered DEVICES with code 3 (unsupported).
 type devicesEntry struct {
 	outcome
-	Devices []device `json:"devices"`
+	NoInventory bool     `json:"noInventory,omitempty"`
+	Devices     []device `json:"devices"`
 }
 
-// devices lists what every configured plugin sees, through the plugins'
-// DEVICES extension, with PCI ids read from sysfs and names from pci.ids
-// when it is installed.
+// devices lists what every configured plugin sees, as the plugins' DEVICES
+// answers give it (cdictl reads no sysfs itself), with the names of the
+// PCI ids they report from pci.ids when the host has it.
 func (a *app) devices(args []string) int {
-	typ, ok := a.typeArg(args)
+	types, ok := a.typeArg(args)
 	if !ok {
 		return exitUsage
 	}
-	root := a.getenv("CDI_HOST_ROOT")
-	if root == "" {
-		root = protocol.DefaultHostRoot
+	confs, err := a.configs(types...)
+	if err != nil {
+		return a.fail(err)
 	}
-	host := sysfs.NewHost(root)
-	names := &pciNames{root: root, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
-	out, failed := callEach(a, a.configs(typ), func(conf caller.Config, e *devicesEntry) error {
+	names := &pciNames{root: a.cfg.HostRoot, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
+	out, failed := callEach(a, confs, func(conf caller.Config, e *devicesEntry) error {
 		e.Devices = []device{}
 		r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
+		var pe *caller.PluginError
+		if errors.As(err, &pe) && pe.Code() == protocol.CodeCommandUnsupported {
+			e.NoInventory = true
+			return nil
+		}
 		var list []protocol.DeviceInfo
 		if err == nil {
 			err = json.Unmarshal(r.Object["devices"], &list)
 		}
 		for _, d := range list {
 			row := device{DeviceInfo: d}
-			if sysfs.IsPCIAddr(d.Key) {
-				dir := host.PCIDir(d.Key)
-				row.VendorID, _ = sysfs.ReadAttr(dir + "/vendor")
-				row.DeviceID, _ = sysfs.ReadAttr(dir + "/device")
-				if row.VendorID != "" {
-					row.Vendor, row.Product = names.lookup(strings.ToLower(row.VendorID), strings.ToLower(row.DeviceID))
-				}
+			if d.VendorID != "" {
+				row.Vendor, row.Product = names.lookup(strings.ToLower(d.VendorID), strings.ToLower(d.DeviceID))
 			}
 			e.Devices = append(e.Devices, row)
 		}
@@ -122,8 +122,11 @@ func (a *app) devices(args []string) int {
 func deviceRows(out []devicesEntry) [][]string {
 	var rows [][]string
 	for _, e := range out {
-		if e.Error != nil {
+		switch {
+		case e.Error != nil:
 			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", e.Error.String()})
+		case e.NoInventory:
+			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "no inventory (DEVICES unsupported)"})
 		}
 		for _, d := range e.Devices {
 			id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")

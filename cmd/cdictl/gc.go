@@ -11,7 +11,7 @@ import (
 )
 
 func gcCommand() *command {
-	return &command{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE", summary: "free every allocation whose request-id is not valid",
+	return &command{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE | --none-valid", summary: "free every allocation whose request-id is not valid",
 		example: "cdictl gc --valid pod-1,pod-2\n  cdictl gc --valid-file /run/live-pods",
 		setup: func(fs *flag.FlagSet) runFunc {
 			var f gcFlags
@@ -44,7 +44,11 @@ func (f *gcFlags) run(a *app, args []string) int {
 	if status != exitOK {
 		return status
 	}
-	out, _ := callEach(a, a.configs(""), func(conf caller.Config, e *gcEntry) (err error) {
+	confs, err := a.configs()
+	if err != nil {
+		return a.fail(err)
+	}
+	out, _ := callEach(a, confs, func(conf caller.Config, e *gcEntry) (err error) {
 		e.Freed, err = a.caller().GC(a.ctx(), conf, valid)
 		e.Freed = protocol.NonNil(e.Freed)
 		return err

@@ -22,11 +22,14 @@ type infoEntry struct {
 }
 
 func (a *app) info(args []string) int {
-	typ, ok := a.typeArg(args)
+	types, ok := a.typeArg(args)
 	if !ok {
 		return exitUsage
 	}
-	confs := a.configs(typ)
+	confs, err := a.configs(types...)
+	if err != nil {
+		return a.fail(err)
+	}
 	out, failed := callEach(a, confs, func(conf caller.Config, e *infoEntry) (err error) {
 		e.caps, err = a.caller().Info(a.ctx(), conf)
 		return err

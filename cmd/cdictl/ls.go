@@ -1,105 +1,155 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/store"
 )
-
-// allocation is one row of `cdictl ls`.
-type allocation struct {
-	RequestID  string    `json:"requestId"`
-	Plugin     string    `json:"plugin"`
-	Type       string    `json:"type"`
-	Spec       string    `json:"spec"`
-	Amount     int       `json:"amount"`
-	Devices    []string  `json:"devices"`
-	DeviceKeys []string  `json:"deviceKeys"`
-	NUMA       []int     `json:"numa"`
-	Created    time.Time `json:"created"`
-	AgeSeconds int64     `json:"ageSeconds"`
-}
 
 func lsCommand() *command {
 	return &command{name: "ls", args: "", summary: "list every allocation held on the node (read-only)",
 		example: "cdictl ls\n  cdictl ls -o json", setup: noFlags((*app).ls)}
 }
 
-// ls reads every plugin store in the state directory read-only, under a
-// shared lock with a bounded wait, so it never blocks plugins for long and
-// never changes anything.
+// allocation is one row of `cdictl ls`.
+type allocation struct {
+	RequestID  string   `json:"requestId"`
+	Plugin     string   `json:"plugin"`
+	Type       string   `json:"type"`
+	Spec       string   `json:"spec"`
+	Amount     int      `json:"amount"`
+	Devices    []string `json:"devices"`
+	DeviceKeys []string `json:"deviceKeys"`
+	NUMA       []int    `json:"numa"`
+	// CDIDevices are the qualified CDI device names published for the
+	// request-id under the cdi_spec of its configs (docs/cdi-bridge.md).
+	CDIDevices []string  `json:"cdiDevices"`
+	Created    time.Time `json:"created"`
+	AgeSeconds int64     `json:"ageSeconds"`
+}
+
+// storeError is a store that could not be read.
+type storeError struct {
+	Store string `json:"store"`
+	*errorJSON
+}
+
+// ls reads every plugin store in the state directory through the store's
+// read-only API: a shared lock for one read transaction, with the bounded
+// wait of CDI_LOCK_TIMEOUT, so it never blocks plugins for long and never
+// changes anything. A state directory or store it cannot read is an error
+// (code 106, exit 1); what it could read is still listed.
 func (a *app) ls(args []string) int {
 	if len(args) != 0 {
 		return a.usageErr("takes no arguments")
 	}
-	files, err := filepath.Glob(filepath.Join(a.stateDir, "*.db"))
-	if err != nil {
-		return a.usageErr("%v", err)
+	rows, errs := readStores(a.cfg.StateDir, a.cfg.LockTimeout, publishers(a.load()))
+	for _, e := range errs {
+		fmt.Fprintf(a.stderr, "cdictl: %s (code %d)\n", e.Details, e.Code)
 	}
-	slices.Sort(files)
-	timeout := protocol.DefaultLockTimeout
-	if v := a.getenv("CDI_LOCK_TIMEOUT"); v != "" {
-		if t, err := protocol.ParseTimeout(v); err == nil {
-			timeout = t
-		}
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "allocations", Value: rows}}
+	if len(errs) > 0 {
+		fields = append(fields, protocol.Field{Key: "errors", Value: errs})
+	}
+	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tCDI-DEVICES\tNUMA\tAGE", rowsOf(rows, func(r *allocation) []string {
+		return []string{r.RequestID, r.Plugin, fmt.Sprintf("%s:%d", r.Spec, r.Amount), strings.Join(r.Devices, " "),
+			orDash(strings.Join(r.CDIDevices, " ")), orDash(strings.Trim(strings.ReplaceAll(fmt.Sprint(r.NUMA), " ", ","), "[]")),
+			(time.Duration(r.AgeSeconds) * time.Second).String()}
+	}), fields...)
+	return status(len(errs) > 0)
+}
+
+// readStores lists the allocations of every store in stateDir, sorted by
+// store file, then request-id, and the stores that could not be read.
+func readStores(stateDir string, timeout time.Duration, pub publisherSet) ([]allocation, []storeError) {
+	files, err := store.Stores(stateDir)
+	if err != nil {
+		return []allocation{}, []storeError{{Store: stateDir, errorJSON: toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))}}
 	}
 	now := time.Now()
 	rows := []allocation{}
-	failed := false
+	var errs []storeError
 	for _, f := range files {
-		plugin := strings.TrimSuffix(filepath.Base(f), ".db")
-		got, err := readStore(f, plugin, timeout, now)
-		if err != nil {
-			fmt.Fprintf(a.stderr, "cdictl: %s: %v\n", f, err)
-			failed = true
-			continue
+		plugin := store.PluginOf(f)
+		err := store.Inspect(f, timeout, func(tx *store.Tx) error {
+			return tx.ForEach(func(r *store.Record) error {
+				rows = append(rows, recordRows(r, plugin, pub.names(plugin, r), now)...)
+				return nil
+			})
+		})
+		if err != nil && !errors.Is(err, store.ErrNotExist) { // ErrNotExist: removed since listed
+			errs = append(errs, storeError{Store: f, errorJSON: toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))})
 		}
-		rows = append(rows, got...)
 	}
-	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tNUMA\tAGE", rowsOf(rows, func(r *allocation) []string {
-		numa := "-"
-		if len(r.NUMA) > 0 {
-			numa = strings.Trim(strings.ReplaceAll(fmt.Sprint(r.NUMA), " ", ","), "[]")
-		}
-		return []string{r.RequestID, r.Plugin, fmt.Sprintf("%s:%d", r.Spec, r.Amount), strings.Join(r.Devices, " "), numa, (time.Duration(r.AgeSeconds) * time.Second).String()}
-	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "allocations", Value: rows})
-	return status(failed)
+	return rows, errs
 }
 
-func readStore(path, plugin string, timeout time.Duration, now time.Time) ([]allocation, error) {
-	s, err := store.Open(path, store.Options{ReadOnly: true, Timeout: timeout})
-	if errors.Is(err, store.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
+// recordRows turns a record into one row per allocation.
+func recordRows(r *store.Record, plugin string, cdiNames []string, now time.Time) []allocation {
 	var rows []allocation
-	err = s.View(func(tx *store.Tx) error {
-		return tx.ForEach(func(r *store.Record) error {
-			for _, al := range r.Allocations {
-				row := allocation{RequestID: r.ID, Plugin: plugin, Type: r.Type, Spec: al.Spec, Amount: al.Amount,
-					Devices: []string{}, DeviceKeys: []string{}, NUMA: []int{}, Created: al.Created,
-					AgeSeconds: int64(now.Sub(al.Created).Seconds())}
-				for _, d := range al.Devices {
-					row.Devices = append(row.Devices, d.Nodes...)
-					row.DeviceKeys = append(row.DeviceKeys, d.Key)
-					if d.NUMA >= 0 && !slices.Contains(row.NUMA, d.NUMA) {
-						row.NUMA = append(row.NUMA, d.NUMA)
-					}
-				}
-				slices.Sort(row.NUMA)
-				rows = append(rows, row)
+	for _, al := range r.Allocations {
+		row := allocation{RequestID: r.ID, Plugin: plugin, Type: r.Type, Spec: al.Spec, Amount: al.Amount,
+			Devices: protocol.NonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: protocol.NonNil(cdiNames),
+			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds())}
+		for _, d := range al.Devices {
+			row.DeviceKeys = append(row.DeviceKeys, d.Key)
+			if d.NUMA >= 0 && !slices.Contains(row.NUMA, d.NUMA) {
+				row.NUMA = append(row.NUMA, d.NUMA)
 			}
-			return nil
-		})
-	})
-	return rows, err
+		}
+		slices.Sort(row.NUMA)
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// publisherSet holds the cdi_spec of each config, keyed by plugin and type:
+// the configs whose allocations land in one store record.
+type publisherSet map[[2]string][]*cdispec.Config
+
+func publishers(confs []caller.Config) publisherSet {
+	pub := publisherSet{}
+	for _, c := range confs {
+		var conf struct {
+			Args json.RawMessage `json:"args"`
+		}
+		if json.Unmarshal(c.Raw, &conf) != nil {
+			continue
+		}
+		if spec, err := cdispec.FromArgs(conf.Args); err == nil && spec != nil {
+			key := [2]string{c.Plugin, c.Type}
+			pub[key] = append(pub[key], spec)
+		}
+	}
+	return pub
+}
+
+// names returns the qualified CDI device names published for the record,
+// named as the publisher names them (cdispec), and only those whose spec
+// file exists.
+func (pub publisherSet) names(plugin string, r *store.Record) []string {
+	var out []string
+	for _, spec := range pub[[2]string{plugin, r.Type}] {
+		name := spec.QualifiedName(r.ID)
+		if _, err := os.Stat(spec.Path(r.ID)); err == nil && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

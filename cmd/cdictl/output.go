@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,14 +23,57 @@ func (a *app) report(header string, rows func() [][]string, fields ...protocol.F
 	a.writeFields(fields)
 }
 
-// writeFields prints an ordered JSON object.
+// writeFields prints an ordered JSON object, two-space indented, members
+// in the given order. This is the one place cdictl encodes JSON: strings
+// keep <, > and & as they are (no \u003c), since the output is read by
+// people and by JSON parsers, never embedded in HTML.
 func (a *app) writeFields(fields []protocol.Field) {
-	b, err := protocol.EncodeObject(fields)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
-		return
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("  ", "  ")
+	b.WriteString("{\n")
+	for i, f := range fields {
+		b.WriteString("  ")
+		if err := enc.Encode(f.Key); err != nil {
+			fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
+			return
+		}
+		b.Truncate(b.Len() - 1) // Encode ends each value with a newline
+		b.WriteString(": ")
+		if err := enc.Encode(f.Value); err != nil {
+			fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
+			return
+		}
+		if i < len(fields)-1 {
+			b.Truncate(b.Len() - 1)
+			b.WriteString(",\n")
+		}
 	}
-	a.stdout.Write(b)
+	b.WriteString("}\n")
+	a.stdout.Write(b.Bytes())
+}
+
+// fail reports a failure that ends the command: on stderr, and on stdout as
+// one protocol error object (JSON output only). For a plugin's failure the
+// details name its config file and plugin. It returns exitFailed.
+func (a *app) fail(err error) int {
+	fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
+	if a.output != "json" {
+		return exitFailed
+	}
+	e := toErrorJSON(err)
+	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
+	details := e.Details
+	var pe *caller.PluginError
+	if errors.As(err, &pe) {
+		details = strings.TrimSpace(fmt.Sprintf("%s (plugin %s): %s", pe.Config.File, pe.Config.Plugin, details))
+	}
+	if details != "" {
+		fields = append(fields, protocol.Field{Key: "details", Value: details})
+	}
+	a.writeFields(fields)
+	return exitFailed
 }
 
 func (a *app) table(header string, rows [][]string) {
@@ -93,7 +138,7 @@ func callEach[E any, P entry[E]](a *app, confs []caller.Config, fn func(conf cal
 		e := P(&out[i])
 		*e.head() = outcome{File: conf.File, Type: conf.Type, Plugin: conf.Plugin}
 		if err := fn(conf, e); err != nil {
-			a.pluginErr(err)
+			fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
 			e.head().Error = toErrorJSON(err)
 			failed = true
 		}

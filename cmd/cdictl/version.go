@@ -25,12 +25,16 @@ type versionEntry struct {
 }
 
 func (a *app) version(args []string) int {
-	typ, ok := a.typeArg(args)
+	types, ok := a.typeArg(args)
 	if !ok {
 		return exitUsage
 	}
+	confs, err := a.configs(types...)
+	if err != nil {
+		return a.fail(err)
+	}
 	c := a.caller()
-	out, failed := callEach(a, a.configs(typ), func(conf caller.Config, e *versionEntry) error {
+	out, failed := callEach(a, confs, func(conf caller.Config, e *versionEntry) error {
 		vs, err := c.Versions(a.ctx(), conf)
 		if err != nil {
 			return err

@@ -47,44 +47,40 @@ func checkAlnum(part, s string, hyphen bool) error {
 	return nil
 }
 
-// ValidType checks a resource-type.
-func ValidType(s string) error {
-	const part = "resource-type"
+// token is the grammar's rule for a run of ASCII letters and digits.
+type token struct {
+	part   string
+	max    int
+	first  func(byte) bool // what the first character must be; nil for any
+	starts string          // first's rule, for the error
+	hyphen bool            // hyphens allowed
+}
+
+func (t token) check(s string) error {
 	switch {
 	case s == "":
-		return &Error{Part: part, Value: s, Reason: "empty"}
-	case len(s) > MaxTypeLen:
-		return &Error{Part: part, Value: s, Reason: fmt.Sprintf("longer than %d characters", MaxTypeLen)}
-	case !isAlpha(s[0]):
-		return &Error{Part: part, Value: s, Reason: "must start with an ASCII letter"}
+		return &Error{Part: t.part, Value: s, Reason: "empty"}
+	case len(s) > t.max:
+		return &Error{Part: t.part, Value: s, Reason: fmt.Sprintf("longer than %d characters", t.max)}
+	case t.first != nil && !t.first(s[0]):
+		return &Error{Part: t.part, Value: s, Reason: "must start with " + t.starts}
 	}
-	return checkAlnum(part, s, false)
+	return checkAlnum(t.part, s, t.hyphen)
+}
+
+// ValidType checks a resource-type.
+func ValidType(s string) error {
+	return token{part: "resource-type", max: MaxTypeLen, first: isAlpha, starts: "an ASCII letter"}.check(s)
 }
 
 // ValidSubtype checks a resource-subtype.
 func ValidSubtype(s string) error {
-	const part = "resource-subtype"
-	switch {
-	case s == "":
-		return &Error{Part: part, Value: s, Reason: "empty"}
-	case len(s) > MaxSubtypeLen:
-		return &Error{Part: part, Value: s, Reason: fmt.Sprintf("longer than %d characters", MaxSubtypeLen)}
-	}
-	return checkAlnum(part, s, false)
+	return token{part: "resource-subtype", max: MaxSubtypeLen}.check(s)
 }
 
 // ValidRequestID checks a request-id.
 func ValidRequestID(s string) error {
-	const part = "request-id"
-	switch {
-	case s == "":
-		return &Error{Part: part, Value: s, Reason: "empty"}
-	case len(s) > MaxRequestIDLen:
-		return &Error{Part: part, Value: s, Reason: fmt.Sprintf("longer than %d characters", MaxRequestIDLen)}
-	case !isAlnum(s[0]):
-		return &Error{Part: part, Value: s, Reason: "must start with an ASCII letter or digit"}
-	}
-	return checkAlnum(part, s, true)
+	return token{part: "request-id", max: MaxRequestIDLen, first: isAlnum, starts: "an ASCII letter or digit", hyphen: true}.check(s)
 }
 
 // Spec is a resource-spec: a type and an optional subtype.

@@ -1,6 +1,7 @@
 package abnf
 
 import (
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,18 +41,33 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
+// The grammar's rules written as regular expressions, an oracle
+// independent of the hand-written checks:
+//
+//	resource-type    = ALPHA *15alnum
+//	resource-subtype = 1*15alnum
+//	request-id       = alnum *63alnum-hyp
+var (
+	typeRE      = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,15}$`)
+	subtypeRE   = regexp.MustCompile(`^[A-Za-z0-9]{1,15}$`)
+	requestIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
+)
+
+// FuzzValidRequestID checks ValidRequestID, ValidType and ValidSubtype
+// against the ABNF as regular expressions.
 func FuzzValidRequestID(f *testing.F) {
-	for _, s := range []string{"1234", "a-", "-a", strings.Repeat("a", 65), "a_b"} {
+	for _, s := range []string{"1234", "a-", "-a", strings.Repeat("a", 64), strings.Repeat("a", 65), "a_b", "gpu", "9gpu", "é", "a\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		err := ValidRequestID(s)
-		valid := len(s) >= 1 && len(s) <= 64 && isAlnum(s[0])
-		for i := 0; valid && i < len(s); i++ {
-			valid = isAlnum(s[i]) || s[i] == '-'
-		}
-		if (err == nil) != valid {
-			t.Fatalf("ValidRequestID(%q) = %v, want valid=%v", s, err, valid)
+		for _, c := range []struct {
+			name  string
+			valid func(string) error
+			re    *regexp.Regexp
+		}{{"ValidRequestID", ValidRequestID, requestIDRE}, {"ValidType", ValidType, typeRE}, {"ValidSubtype", ValidSubtype, subtypeRE}} {
+			if err := c.valid(s); (err == nil) != c.re.MatchString(s) {
+				t.Fatalf("%s(%q) = %v; the grammar says valid=%v", c.name, s, err, c.re.MatchString(s))
+			}
 		}
 	})
 }

@@ -108,6 +108,9 @@ func OfType(confs []Config, typ string) []Config {
 type Caller struct {
 	Path    string        // CDI_PATH
 	Timeout time.Duration // per plugin run
+	// Env holds NAME=value pairs every plugin run gets, before the
+	// command's own (such as CDI_STATE_DIR).
+	Env []string
 }
 
 // PluginError is a failure of one plugin, naming its config.
@@ -133,6 +136,7 @@ func (e *PluginError) Code() int {
 }
 
 func (c Caller) run(ctx context.Context, conf Config, env ...string) (*invoke.Reply, error) {
+	env = append(slices.Clip(c.Env), env...)
 	r, err := invoke.Run(ctx, invoke.Call{Plugin: conf.Plugin, Path: c.Path, Env: env, Config: conf.Raw, Timeout: c.Timeout})
 	if err != nil {
 		return nil, &PluginError{Config: conf, Err: err}

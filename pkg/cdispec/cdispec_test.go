@@ -83,3 +83,29 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestFromArgs(t *testing.T) {
+	tests := []struct {
+		args string
+		kind string // "" for no cdi_spec
+		ok   bool
+	}{
+		{``, "", true},
+		{`{}`, "", true},
+		{`{"num_system_reserved":12}`, "", true},
+		{`{"cdi_spec":{"kind":"example.com/tty"}}`, "example.com/tty", true},
+		{`{"cdi_spec":{"kind":"tty"}}`, "", false},
+		{`{"cdi_spec":null}`, "", false},
+		{`[]`, "", false},
+	}
+	for _, tt := range tests {
+		c, err := FromArgs([]byte(tt.args))
+		kind := ""
+		if c != nil {
+			kind = c.Kind
+		}
+		if (err == nil) != tt.ok || kind != tt.kind {
+			t.Errorf("FromArgs(%s) = %+v, %v", tt.args, c, err)
+		}
+	}
+}

@@ -17,7 +17,10 @@ func Args(c protocol.Config, dst any) (*cdispec.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return spec, c.DecodeArgs(dst)
+	if err := c.DecodeArgs(dst); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }
 
 // takeSpec removes cdi_spec from c's args and parses it.
@@ -25,16 +28,12 @@ func takeSpec(c *protocol.Config) (*cdispec.Config, error) {
 	if !bytes.Contains(c.Args, []byte(`"cdi_spec"`)) {
 		return nil, nil
 	}
-	var args map[string]json.RawMessage
-	if err := json.Unmarshal(c.Args, &args); err != nil {
+	spec, err := cdispec.FromArgs(c.Args)
+	if err != nil || spec == nil {
 		return nil, err
 	}
-	raw, ok := args["cdi_spec"]
-	if !ok {
-		return nil, nil
-	}
-	spec, err := cdispec.Parse(raw)
-	if err != nil {
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(c.Args, &args); err != nil {
 		return nil, err
 	}
 	delete(args, "cdi_spec")

@@ -9,4 +9,9 @@ type DeviceInfo struct {
 	Usable bool     `json:"usable"`
 	Reason string   `json:"reason,omitempty"` // why it is not usable
 	HeldBy string   `json:"heldBy,omitempty"` // request-id holding it
+	// VendorID and DeviceID are a PCI device's ids as sysfs gives them
+	// ("0x10de"), so that inventory tools can name the device without
+	// reading the host themselves.
+	VendorID string `json:"vendorId,omitempty"`
+	DeviceID string `json:"deviceId,omitempty"`
 }

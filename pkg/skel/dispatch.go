@@ -16,6 +16,7 @@ import (
 // Dispatcher runs one invocation against injected process state.
 type Dispatcher struct {
 	Getenv func(string) string
+	Args   []string // command-line arguments, without the program name
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
@@ -25,15 +26,21 @@ type Dispatcher struct {
 // signal kills the process outright: every store change is one transaction,
 // so nothing is left half-written.
 func Main(about About) {
-	if versionFlag() {
-		os.Exit(0)
-	}
-	d := Dispatcher{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	d := Dispatcher{Getenv: os.Getenv, Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 	os.Exit(d.Run(context.Background(), about))
 }
 
-// Run executes one command and returns the process exit status.
+// Run executes one command and returns the process exit status. Run by
+// hand, the plugin prints one line on stderr saying what it is and how it
+// is called, and exits 1.
 func (d Dispatcher) Run(ctx context.Context, about About) int {
+	if d.versionFlag(about) {
+		return 0
+	}
+	if d.byHand() {
+		fmt.Fprint(d.Stderr, usage(about))
+		return 1
+	}
 	cmd := strings.ToUpper(d.Getenv(protocol.EnvCommand))
 	if cmd == protocol.CmdVersion {
 		return d.print(0, []protocol.Field{

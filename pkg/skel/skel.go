@@ -78,6 +78,11 @@ type Inventorier interface {
 
 // About describes a plugin to the engine.
 type About struct {
+	// Name is the plugin's binary name.
+	Name string
+	// Summary says in a few words what the plugin hands out, for a person
+	// who runs it by hand.
+	Summary string
 	// Subtypes lists the resource-subtypes ADD accepts besides the bare
 	// type.
 	Subtypes []string

@@ -55,16 +55,17 @@ func readStdin(ctx context.Context, r io.Reader) ([]byte, error) {
 // a plugin process starts and ends within a few milliseconds, and thread
 // start-up is a visible part of that.
 func readFD(ctx context.Context, fd int) ([]byte, error) {
-	deadline := time.Now().Add(stdinTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	bound := stdinTimeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < bound {
+		bound = time.Until(d)
 	}
+	deadline := time.Now().Add(bound)
 	var out []byte
 	buf := make([]byte, 8192)
 	for {
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			return nil, fmt.Errorf("no end of input after %v", stdinTimeout)
+			return nil, fmt.Errorf("no end of input after %v", bound.Round(time.Millisecond))
 		}
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		n, err := unix.Poll(fds, int(wait.Milliseconds())+1)

@@ -1,9 +1,6 @@
 package skel
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/cdi-exec/plugins/pkg/buildinfo"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -11,6 +8,10 @@ import (
 // versionFlag answers `<plugin> --version` for people, on stderr, without
 // reading stdin or the environment (docs/protocol.md#plugin-command-line).
 // It reports whether it did; the VERSION command is separate.
-func versionFlag() bool {
-	return buildinfo.PrintIfAsked(os.Args[1:], os.Stderr, filepath.Base(os.Args[0]), protocol.SupportedVersions())
+func (d Dispatcher) versionFlag(about About) bool {
+	name := about.Name
+	if name == "" {
+		name = "plugin"
+	}
+	return buildinfo.PrintIfAsked(d.Args, d.Stderr, name, protocol.SupportedVersions())
 }

@@ -14,6 +14,7 @@ type gpu struct {
 	Device pool.Device
 	Reason string   // "" when usable
 	minors []string // every DRM node of the device, "/dev/dri/<minor>"
+	dir    string   // its sysfs device directory
 }
 
 // inventory lists the host's DRM devices and decides for each whether the
@@ -26,7 +27,7 @@ func inventory(h *sysfs.Host, f filter, scan pool.Scan) ([]gpu, error) {
 	}
 	out := make([]gpu, 0, len(devs))
 	for _, d := range devs {
-		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1}}
+		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1}, dir: d.Dir}
 		for _, m := range d.Minors {
 			g.minors = append(g.minors, "/dev/dri/"+m.Name)
 		}

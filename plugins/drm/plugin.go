@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -12,7 +13,7 @@ import (
 
 const name = "drm"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "hands whole GPUs to containers as their DRM device nodes", New: newPlugin}
 
 // args are the drm plugin's config args (docs/plugins.md).
 type args struct {
@@ -42,7 +43,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.Pool = pool.Pool{Name: name, Call: c, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -82,7 +83,7 @@ type plugin struct {
 	filter filter
 }
 
-func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
+func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	gpus, err := inventory(p.host, p.filter, scan)
 	if err != nil {
 		return nil, err
@@ -96,7 +97,7 @@ func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
 	return out, nil
 }
 
-func (p *plugin) inventory() ([]protocol.DeviceInfo, error) {
+func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	gpus, err := inventory(p.host, p.filter, pool.Scan{NUMA: true})
 	if err != nil {
 		return nil, err
@@ -108,6 +109,10 @@ func (p *plugin) inventory() ([]protocol.DeviceInfo, error) {
 			nodes = g.minors // what the device has, for people to see
 		}
 		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
+		if sysfs.IsPCIAddr(g.Device.Key) {
+			out[i].VendorID = lower(sysfs.ReadAttr(g.dir + "/vendor"))
+			out[i].DeviceID = lower(sysfs.ReadAttr(g.dir + "/device"))
+		}
 	}
 	return out, nil
 }

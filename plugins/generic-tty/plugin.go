@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,7 +16,7 @@ import (
 
 const name = "generic-tty"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "hands tty device nodes to containers", New: newPlugin}
 
 // args are the plugin's config args (docs/plugins.md).
 type args struct {
@@ -55,7 +56,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
-	p.Pool = pool.Pool{Name: name, Call: c, Spec: spec, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Discover: p.discover, Inventory: p.inventory}
 	return p, nil
 }
 
@@ -73,7 +74,7 @@ func validPrefix(s string) bool {
 
 // discover lists the usable ttys: in the family, not reserved, with a node
 // under /dev.
-func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
+func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no tty class at all: nothing to hand out
@@ -98,7 +99,7 @@ func (p *plugin) discover(scan pool.Scan) ([]pool.Device, error) {
 }
 
 // inventory lists every tty of the family and why it is not handed out.
-func (p *plugin) inventory() ([]protocol.DeviceInfo, error) {
+func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

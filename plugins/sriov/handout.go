@@ -11,20 +11,21 @@ import (
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // handout binds the chosen VFs to vf_driver when configured, then gets
 // their nodes from the delegate, or their VFIO groups.
-func (p *plugin) handout(item abnf.Item, chosen []pool.Device) (pool.Handout, error) {
+func (p *plugin) handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []pool.Device) (pool.Handout, error) {
 	addrs := make([]string, len(chosen))
 	for i, d := range chosen {
 		addrs[i] = d.Key
 	}
 	if p.vfDriver != "" {
 		for _, a := range addrs {
-			if err := p.bind(a); err != nil {
+			if err := p.bind(ctx, a); err != nil {
 				return pool.Handout{}, err
 			}
 		}
@@ -33,13 +34,13 @@ func (p *plugin) handout(item abnf.Item, chosen []pool.Device) (pool.Handout, er
 		nodes, err := p.vfio(addrs)
 		return pool.Handout{Nodes: nodes}, err
 	}
-	devices, err := p.delegateAdd(item, addrs)
+	devices, err := p.delegateAdd(ctx, c, item, addrs)
 	if err != nil {
 		return pool.Handout{}, err
 	}
-	undo := func() {
-		if err := p.delegateDel(p.delegate.Plugin, p.call.RequestID, addrs); err != nil {
-			p.call.Warnf("rolling back delegate %s: %v", p.delegate.Plugin, err)
+	undo := func(ctx context.Context) {
+		if err := p.delegateDel(ctx, c, p.delegate.Plugin, c.RequestID, addrs); err != nil {
+			c.Warnf("rolling back delegate %s: %v", p.delegate.Plugin, err)
 		}
 	}
 	return pool.Handout{Nodes: devices, Delegate: p.delegate.Plugin, Undo: undo}, nil
@@ -47,7 +48,7 @@ func (p *plugin) handout(item abnf.Item, chosen []pool.Device) (pool.Handout, er
 
 // bind makes sure a VF is bound to vf_driver, through driver_override and
 // a probe, each bounded by the setup timeout.
-func (p *plugin) bind(addr string) error {
+func (p *plugin) bind(ctx context.Context, addr string) error {
 	dir := p.host.PCIDir(addr)
 	d, err := sysfs.OpenDir(dir)
 	if err != nil {
@@ -57,7 +58,7 @@ func (p *plugin) bind(addr string) error {
 	if d.LinkBase("driver") == p.vfDriver {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	if err := sysfs.WriteAttr(ctx, dir+"/driver_override", p.vfDriver); err != nil {
 		return protocol.Errorf(protocol.CodeSetup, "VF %s: %w", addr, err)
@@ -114,7 +115,7 @@ func (p *plugin) vfio(addrs []string) ([]string, error) {
 
 // delegateConfig is the config the delegate gets: its args plus the VFs in
 // pci_addresses, under our type and version.
-func (p *plugin) delegateConfig(plugin string, addrs []string) ([]byte, error) {
+func (p *plugin) delegateConfig(c *skel.Call, plugin string, addrs []string) ([]byte, error) {
 	args := map[string]any{}
 	if p.delegate != nil && p.delegate.Plugin == plugin && len(p.delegate.Args) > 0 && string(p.delegate.Args) != "null" {
 		var m map[string]json.RawMessage
@@ -127,27 +128,27 @@ func (p *plugin) delegateConfig(plugin string, addrs []string) ([]byte, error) {
 	}
 	args["pci_addresses"] = addrs
 	return json.Marshal(map[string]any{
-		"cdiVersion": p.call.Version,
-		"name":       p.call.Config.Name + " (delegate)",
-		"type":       p.call.Config.Type,
+		"cdiVersion": c.Version,
+		"name":       c.Config.Name + " (delegate)",
+		"type":       c.Config.Type,
 		"plugin":     plugin,
 		"args":       args,
 	})
 }
 
-func (p *plugin) runDelegate(plugin, id string, addrs []string, env ...string) (*invoke.Reply, error) {
-	conf, err := p.delegateConfig(plugin, addrs)
+func (p *plugin) runDelegate(ctx context.Context, c *skel.Call, plugin, id string, addrs []string, env ...string) (*invoke.Reply, error) {
+	conf, err := p.delegateConfig(c, plugin, addrs)
 	if err != nil {
 		return nil, err
 	}
-	env = append(env, protocol.EnvVersion+"="+p.call.Version, protocol.EnvRequestID+"="+id)
-	return invoke.Run(context.Background(), invoke.Call{Plugin: plugin, Path: p.call.Env.Path, Env: env, Config: conf})
+	env = append(env, protocol.EnvVersion+"="+c.Version, protocol.EnvRequestID+"="+id)
+	return invoke.Run(ctx, invoke.Call{Plugin: plugin, Path: c.Env.Path, Env: env, Config: conf})
 }
 
 // delegateAdd runs the delegate's ADD for the chosen VFs.
-func (p *plugin) delegateAdd(item abnf.Item, addrs []string) ([]string, error) {
-	r, err := p.runDelegate(p.delegate.Plugin, p.call.RequestID, addrs, protocol.EnvCommand+"="+protocol.CmdAdd,
-		fmt.Sprintf("%s=%s:%d", protocol.EnvRequest, item.Spec, len(addrs)), protocol.EnvNUMA+"="+abnf.FormatNUMA(p.call.Locality))
+func (p *plugin) delegateAdd(ctx context.Context, c *skel.Call, item abnf.Item, addrs []string) ([]string, error) {
+	r, err := p.runDelegate(ctx, c, p.delegate.Plugin, c.RequestID, addrs, protocol.EnvCommand+"="+protocol.CmdAdd,
+		fmt.Sprintf("%s=%s:%d", protocol.EnvRequest, item.Spec, len(addrs)), protocol.EnvNUMA+"="+abnf.FormatNUMA(c.Locality))
 	if err != nil {
 		return nil, delegateError(p.delegate.Plugin, err)
 	}
@@ -159,8 +160,8 @@ func (p *plugin) delegateAdd(item abnf.Item, addrs []string) ([]string, error) {
 }
 
 // delegateDel runs the delegate's DEL; an unknown request-id is fine.
-func (p *plugin) delegateDel(plugin, id string, addrs []string) error {
-	_, err := p.runDelegate(plugin, id, addrs, protocol.EnvCommand+"="+protocol.CmdDel, protocol.EnvRequest+"=", protocol.EnvNUMA+"=")
+func (p *plugin) delegateDel(ctx context.Context, c *skel.Call, plugin, id string, addrs []string) error {
+	_, err := p.runDelegate(ctx, c, plugin, id, addrs, protocol.EnvCommand+"="+protocol.CmdDel, protocol.EnvRequest+"=", protocol.EnvNUMA+"=")
 	var pe *invoke.Error
 	if errors.As(err, &pe) && pe.Code == protocol.CodeUnknownRequestID {
 		return nil
@@ -172,7 +173,7 @@ func (p *plugin) delegateDel(plugin, id string, addrs []string) error {
 }
 
 // teardown sends DEL to the delegates of a record before it is deleted.
-func (p *plugin) teardown(rec *store.Record) error {
+func (p *plugin) teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
 	var errs []error
 	for _, a := range rec.Allocations {
 		if a.Delegate == "" {
@@ -182,7 +183,7 @@ func (p *plugin) teardown(rec *store.Record) error {
 		for i, d := range a.Devices {
 			keys[i] = d.Key
 		}
-		if err := p.delegateDel(a.Delegate, rec.ID, keys); err != nil {
+		if err := p.delegateDel(ctx, c, a.Delegate, rec.ID, keys); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
@@ -98,7 +98,7 @@ func plan(current, total, want int, busy bool) ([]int, error) {
 
 // prepare runs inside ADD's store transaction: it makes sure each selected
 // PF has its VFs and returns the VFs as candidates.
-func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
+func (p *plugin) prepare(ctx context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)
@@ -113,14 +113,14 @@ func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
 		vfs := sysfs.VFs(f.dir, f.current)
 		busy := false
 		for _, vf := range vfs {
-			busy = busy || tx.Holder(vf) != ""
+			busy = busy || scan.Held(vf)
 		}
 		writes, err := plan(f.current, f.total, p.numVFs, busy)
 		if err != nil {
 			return nil, protocol.Errorf(protocol.CodeSetup, "PF %s: %w", f.addr, err)
 		}
 		if len(writes) > 0 {
-			if err := p.partition(f, writes); err != nil {
+			if err := p.partition(ctx, f, writes); err != nil {
 				return nil, err
 			}
 			f.current = writes[len(writes)-1]
@@ -142,8 +142,8 @@ func (p *plugin) prepare(tx *store.Tx) ([]pool.Device, error) {
 
 // partition performs the writes of a plan on one PF, each bounded by the
 // setup timeout, and waits for the kernel to create the VFs' links.
-func (p *plugin) partition(f pf, writes []int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+func (p *plugin) partition(ctx context.Context, f pf, writes []int) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	if p.autoprobe != nil {
 		v := "0"

@@ -16,7 +16,7 @@ import (
 
 const name = "sriov"
 
-var about = skel.About{New: newPlugin}
+var about = skel.About{Name: name, Summary: "partitions SR-IOV devices into VFs and hands the VFs to containers", New: newPlugin}
 
 // args are the sriov plugin's config args (docs/chaining.md).
 type args struct {
@@ -38,7 +38,6 @@ type delegate struct {
 }
 
 type plugin struct {
-	call *skel.Call
 	host *sysfs.Host
 	pool.Pool
 	addrs     map[string]bool
@@ -57,7 +56,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &plugin{call: c, host: sysfs.NewHost(c.Env.HostRoot), numVFs: a.NumVFs, vfDriver: a.VFDriver,
+	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), numVFs: a.NumVFs, vfDriver: a.VFDriver,
 		autoprobe: a.DriversAutoprobe, delegate: a.Delegate, timeout: 10 * time.Second}
 	if p.addrs, err = sysfs.AddrSet("pf_pci_addresses", a.PFPCIAddresses); err != nil {
 		return nil, err
@@ -97,12 +96,12 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Pool = pool.Pool{Name: name, Call: c, Spec: spec, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
 	return p, nil
 }
 
 // Info reports the VFs the selected PFs provide or will provide.
-func (p *plugin) Info(context.Context, *skel.Call) (map[string]int, error) {
+func (p *plugin) Info(_ context.Context, c *skel.Call) (map[string]int, error) {
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)
@@ -112,5 +111,5 @@ func (p *plugin) Info(context.Context, *skel.Call) (map[string]int, error) {
 		n += min(p.numVFs, pf.total)
 		pf.dir.Close()
 	}
-	return map[string]int{p.call.Config.Type: n}, nil
+	return map[string]int{c.Config.Type: n}, nil
 }

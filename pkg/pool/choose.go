@@ -1,0 +1,79 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/store"
+)
+
+// picker chooses the devices of one request item among devs, the usable
+// devices present, in discovery order; free reports whether a device may
+// be handed out (no request holds it and no earlier item of this request
+// took it). byCount is the only way of choosing today. A pinned ADD
+// (CDI_REQUEST_DEVICES) is a second picker that takes the named keys in
+// their order, telling an unknown key from a held one by free, together
+// with its own check in adder.replay.
+type picker func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error)
+
+// byCount chooses item.Amount free devices with alloc.Choose: the fewest
+// NUMA groups, the requested locality first (mandatory when strict).
+func byCount(locality []int, strict bool) picker {
+	return func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error) {
+		var avail []Device
+		var cands []alloc.Candidate
+		for _, d := range devs {
+			if free(d.Key) {
+				avail = append(avail, d)
+				cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA})
+			}
+		}
+		pos, err := alloc.Choose(cands, item.Amount, locality, strict)
+		switch {
+		case errors.Is(err, alloc.ErrInsufficient):
+			return nil, protocol.Errorf(protocol.CodeInsufficient, "%s: %v", item.Spec, err)
+		case errors.Is(err, alloc.ErrLocality):
+			return nil, protocol.Errorf(protocol.CodeNUMA, "%s: %v (numa_policy is strict)", item.Spec, err)
+		case err != nil:
+			return nil, err
+		}
+		chosen := make([]Device, len(pos))
+		for j, i := range pos {
+			chosen[j] = avail[i]
+		}
+		return chosen, nil
+	}
+}
+
+// allocate chooses the devices of one request item and sets them up: the
+// Handout hook when the plugin has one, else each device's own nodes,
+// resolved now. It returns the allocation to record.
+func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, free func(string) bool) (store.Allocation, error) {
+	chosen, err := a.pick(item, devs, free)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
+	if a.pool.Handout == nil {
+		for _, d := range chosen {
+			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: d.NUMA})
+		}
+		return al, nil
+	}
+	h, err := a.pool.Handout(ctx, a.call, item, chosen)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	if h.Undo != nil {
+		a.undos = append(a.undos, h.Undo)
+	}
+	al.Nodes, al.Delegate = protocol.NonNil(h.Nodes), h.Delegate
+	for _, d := range chosen {
+		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: d.NUMA})
+	}
+	return al, nil
+}

@@ -1,0 +1,115 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/store"
+)
+
+// Del frees everything the request-id holds, in one transaction.
+func (p Pool) Del(ctx context.Context, c *skel.Call) error {
+	if !p.stored(c) {
+		p.unpublish(c, c.RequestID) // an orphan, if anything
+		return protocol.NewError(protocol.CodeUnknownRequestID, "")
+	}
+	st, hold, _, done, err := p.lock(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var teardownErr error
+	err = st.Update(func(tx *store.Tx) error {
+		rec, err := tx.Get(c.RequestID)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return protocol.NewError(protocol.CodeUnknownRequestID, "")
+		}
+		teardownErr = p.teardown(hold, c, rec)
+		_, err = tx.Delete(c.RequestID)
+		return err
+	})
+	var e *protocol.Error
+	if err == nil || errors.As(err, &e) && e.Code == protocol.CodeUnknownRequestID {
+		p.unpublish(c, c.RequestID)
+	}
+	if err != nil {
+		return storeError(err)
+	}
+	return teardownErr
+}
+
+// GC frees every allocation whose request-id is not in the call's valid
+// set. When the deadline comes first, it stops: the ids not reached are
+// left for the next GC and said so in the answer's errors.
+func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
+	res := &skel.GCResult{Freed: []string{}}
+	if !p.stored(c) {
+		return res, nil
+	}
+	st, hold, _, done, err := p.lock(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	err = st.Update(func(tx *store.Tx) error { return p.collect(hold, c, tx, res) })
+	if err != nil {
+		return nil, storeError(err)
+	}
+	for _, id := range res.Freed {
+		p.unpublish(c, id)
+	}
+	if p.Spec != nil {
+		p.removeOrphans(st, c)
+	}
+	return res, nil
+}
+
+// collect is the body of GC's transaction.
+func (p Pool) collect(ctx context.Context, c *skel.Call, tx *store.Tx, res *skel.GCResult) error {
+	var stale []*store.Record
+	err := tx.ForEach(func(r *store.Record) error {
+		if !c.ValidIDs[r.ID] {
+			stale = append(stale, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, rec := range stale {
+		if ctx.Err() != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("out of time: %d request-ids left for the next GC", len(stale)-i))
+			break
+		}
+		if err := p.teardown(ctx, c, rec); err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", rec.ID, err))
+		}
+		if _, err := tx.Delete(rec.ID); err != nil {
+			return fmt.Errorf("freeing %q: %w", rec.ID, err)
+		}
+		res.Freed = append(res.Freed, rec.ID)
+	}
+	return nil
+}
+
+// teardown runs the Teardown hook, if any, on a record about to be freed.
+func (p Pool) teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
+	if p.Teardown == nil {
+		return nil
+	}
+	return p.Teardown(ctx, c, rec)
+}
+
+// stored reports whether the plugin's store file exists. DEL and GC on a
+// node without one answer without creating it.
+func (p Pool) stored(c *skel.Call) bool {
+	_, err := os.Stat(store.Path(c.Env.StateDir, p.Name))
+	return !errors.Is(err, os.ErrNotExist)
+}

@@ -1,0 +1,79 @@
+package pool
+
+import (
+	"context"
+	"slices"
+
+	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/store"
+)
+
+// publish writes the request's CDI spec with every node the request-id
+// holds in this plugin. The record is committed first: a crash in between
+// leaves a record without a spec, which the next ADD replay rewrites, never
+// a spec claiming free devices. If the spec cannot be written, the
+// allocations this call made are taken back and their setup undone.
+func (a *adder) publish(ctx context.Context, st *store.Store) error {
+	spec, c := a.pool.Spec, a.call
+	var nodes []cdispec.Node
+	for _, al := range a.rec.Allocations {
+		for _, path := range al.HandedOut() {
+			nodes = append(nodes, cdispec.Stat(c.Env.HostRoot, path))
+		}
+	}
+	err := spec.Write(c.RequestID, nodes)
+	if err == nil {
+		a.pool.removeOrphans(st, c)
+		return nil
+	}
+	rollback := st.Update(func(tx *store.Tx) error {
+		cur, err := tx.Get(c.RequestID)
+		if err != nil || cur == nil {
+			return err
+		}
+		cur.Allocations = slices.DeleteFunc(cur.Allocations, a.fresh)
+		return tx.Replace(cur)
+	})
+	a.undo(ctx)
+	if rollback != nil {
+		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", spec.Path(c.RequestID), err, rollback)
+	}
+	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", spec.Path(c.RequestID), err)
+}
+
+// fresh reports whether this ADD made al (rather than replayed it).
+func (a *adder) fresh(al store.Allocation) bool {
+	return slices.ContainsFunc(a.held, func(h answer) bool { return h.fresh && h.Spec == al.Spec })
+}
+
+// removeOrphans deletes spec files whose request-id holds nothing in the
+// store: left by a crash between a DEL's commit and its file removal.
+func (p Pool) removeOrphans(st *store.Store, c *skel.Call) {
+	_ = st.View(func(tx *store.Tx) error {
+		ids, err := p.Spec.Orphans(func(id string) bool {
+			r, err := tx.Get(id)
+			return err != nil || r != nil
+		})
+		if err != nil {
+			c.Warnf("looking for orphaned CDI specs: %v", err)
+		}
+		for _, id := range ids {
+			if err := p.Spec.Remove(id); err != nil {
+				c.Warnf("removing orphaned CDI spec: %v", err)
+			}
+		}
+		return nil
+	})
+}
+
+// unpublish removes a request's spec file, if specs are published.
+func (p Pool) unpublish(c *skel.Call, id string) {
+	if p.Spec == nil {
+		return
+	}
+	if err := p.Spec.Remove(id); err != nil {
+		c.Warnf("removing CDI spec: %v", err)
+	}
+}
