@@ -1,7 +1,7 @@
 // Package alloc chooses which free devices satisfy a request. It is pure: no
 // I/O, the same input always gives the same answer.
 //
-// The rules (RULINGS.md §5): without a NUMA request, span the fewest NUMA
+// The rules (docs/protocol.md#choosing-devices): without a NUMA request, span the fewest NUMA
 // nodes, then take the lowest device indices. With a request, take devices
 // on the listed nodes first, then the fewest further nodes; a strict policy
 // refuses what the listed nodes cannot hold alone.
