@@ -10,7 +10,7 @@ import (
 )
 
 func versionCommand() *command {
-	return &command{name: "version", args: "[TYPE]", summary: "negotiate versions with every configured plugin",
+	return &command{name: "version", args: "[TYPE] | --client", summary: "negotiate versions with every configured plugin",
 		example: "cdictl version\n  cdictl version gpu\n  cdictl version --client", setup: versionFlags}
 }
 
