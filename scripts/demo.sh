@@ -73,6 +73,7 @@ ctl info -o table
 ctl add --id pod-a --numa 1 gpu:1,tty:2,vgpu:1
 ctl add --id pod-b tty:1,gpu:9
 ctl devices -o table gpu
+ctl topology -o table
 ctl ls -o table
 ctl del --id pod-a -o table
 ctl gc --valid 4444 -o table

@@ -13,6 +13,7 @@ func commands() []*command {
 		devicesCommand(),
 		lsCommand(),
 		gcCommand(),
+		topologyCommand(),
 	}
 }
 

@@ -93,16 +93,8 @@ func (a *app) devices(args []string) int {
 	names := &pciNames{root: a.cfg.HostRoot, note: func(s string) { fmt.Fprintf(a.stderr, "cdictl: %s\n", s) }}
 	out, failed := callEach(a, confs, func(conf caller.Config, e *devicesEntry) error {
 		e.Devices = []device{}
-		r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
-		var pe *caller.PluginError
-		if errors.As(err, &pe) && pe.Code() == protocol.CodeCommandUnsupported {
-			e.NoInventory = true
-			return nil
-		}
-		var list []protocol.DeviceInfo
-		if err == nil {
-			err = json.Unmarshal(r.Object["devices"], &list)
-		}
+		list, has, err := a.inventory(conf)
+		e.NoInventory = !has
 		for _, d := range list {
 			row := device{DeviceInfo: d}
 			if d.VendorID != "" {
@@ -115,6 +107,24 @@ func (a *app) devices(args []string) int {
 	a.report("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", func() [][]string { return deviceRows(out) },
 		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "plugins", Value: out})
 	return status(failed)
+}
+
+// inventory asks one plugin for its DEVICES answer. has is false when the
+// plugin has no inventory of its own (code 3, unsupported), which is no
+// failure.
+func (a *app) inventory(conf caller.Config) (devs []protocol.DeviceInfo, has bool, err error) {
+	r, err := a.caller().Extension(a.ctx(), conf, protocol.CmdDevices)
+	var pe *caller.PluginError
+	if errors.As(err, &pe) && pe.Code() == protocol.CodeCommandUnsupported {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	if err := json.Unmarshal(r.Object["devices"], &devs); err != nil {
+		return nil, true, fmt.Errorf("%s: DEVICES answer: %w", conf.Plugin, err)
+	}
+	return devs, true, nil
 }
 
 // deviceRows is the table of devices: one row per device, and one per

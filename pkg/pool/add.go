@@ -23,7 +23,7 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 	}
 	defer done()
 
-	a := &adder{pool: p, call: c, pick: byCount(c.Locality, p.Strict)}
+	a := &adder{pool: p, call: c, pick: byCount(c.Locality, p.Strict, distances(c))}
 	if err := st.Update(func(tx *store.Tx) error { return a.run(work, tx) }); err != nil {
 		a.undo(hold)
 		return nil, storeError(err)
@@ -117,6 +117,7 @@ func (a *adder) scan(ctx context.Context, tx *store.Tx) ([]Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	devs = a.pool.placed(ctx, a.call, devs)
 	a.present = make(map[string]Device, len(devs))
 	for _, d := range devs {
 		a.present[d.Key] = d

@@ -20,19 +20,26 @@ import (
 // with its own check in adder.replay.
 type picker func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error)
 
-// byCount chooses item.Amount free devices with alloc.Choose: the fewest
-// NUMA groups, the requested locality first (mandatory when strict).
-func byCount(locality []int, strict bool) picker {
+// byCount chooses item.Amount free devices by alloc's rules
+// (docs/protocol.md#choice-rules): the requested locality first (mandatory
+// when strict), then the nearest further nodes by dist, read only when the
+// choice falls back to them; the fewest NUMA nodes; PCIe closeness; the
+// lowest indices.
+func byCount(locality []int, strict bool, dist func() alloc.Distances) picker {
 	return func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error) {
 		var avail []Device
 		var cands []alloc.Candidate
 		for _, d := range devs {
 			if free(d.Key) {
 				avail = append(avail, d)
-				cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA})
+				cands = append(cands, alloc.Candidate{Index: d.Index, NUMA: d.NUMA, PCIe: d.PCIe})
 			}
 		}
-		pos, err := alloc.Choose(cands, item.Amount, locality, strict)
+		req := alloc.Request{N: item.Amount, Locality: locality, Strict: strict}
+		if alloc.NeedsDistances(cands, req) {
+			req.Distances = dist()
+		}
+		pos, err := alloc.Choose(cands, req)
 		switch {
 		case errors.Is(err, alloc.ErrInsufficient):
 			return nil, protocol.Errorf(protocol.CodeInsufficient, "%s: %v", item.Spec, err)
@@ -60,7 +67,7 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, fre
 	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
 	if a.pool.Handout == nil {
 		for _, d := range chosen {
-			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: d.NUMA})
+			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: a.pool.numa(ctx, a.call, d)})
 		}
 		return al, nil
 	}
@@ -73,7 +80,7 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, fre
 	}
 	al.Nodes, al.Delegate = protocol.NonNil(h.Nodes), h.Delegate
 	for _, d := range chosen {
-		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: d.NUMA})
+		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: a.pool.numa(ctx, a.call, d)})
 	}
 	return al, nil
 }

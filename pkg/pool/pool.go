@@ -38,6 +38,13 @@ type Device struct {
 	// being handed out; discovery checks nodes by their conventional names
 	// and leaves the per-device reads to the few devices chosen.
 	Resolve func() []string
+	// Dir is the device's sysfs directory on the host, when discovery
+	// has it, for Pool.Place.
+	Dir string
+	// PCIe is the device's place in the PCIe tree (alloc.Candidate.PCIe),
+	// filled in by Pool.Place when the choice needs it.
+	PCIe   []string
+	placed bool
 }
 
 // nodes returns the device's final node paths.
@@ -78,6 +85,11 @@ type Pool struct {
 	// Inventory lists every device the plugin sees, usable or not, for
 	// the DEVICES extension.
 	Inventory func(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo, error)
+	// Place, when set, reads where a device sits: its NUMA node and its
+	// PCIe chain (alloc.Candidate.PCIe). ADD calls it only when the choice
+	// depends on place (alloc.NeedsPlace) and for the devices it hands
+	// out, so INFO and single-device ADDs do not pay for it.
+	Place func(ctx context.Context, c *skel.Call, d Device) (numa int, pcie []string)
 
 	// hold replaces HoldLimit in tests.
 	hold time.Duration

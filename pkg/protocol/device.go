@@ -14,4 +14,9 @@ type DeviceInfo struct {
 	// reading the host themselves.
 	VendorID string `json:"vendorId,omitempty"`
 	DeviceID string `json:"deviceId,omitempty"`
+	// PCIeRoot is the root complex the device sits below, as the kernel
+	// names it ("pci0000:00"); PCIeBridges the PCI functions between it and
+	// the device, root port first.
+	PCIeRoot    string   `json:"pcieRoot,omitempty"`
+	PCIeBridges []string `json:"pcieBridges,omitempty"`
 }

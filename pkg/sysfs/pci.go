@@ -69,13 +69,18 @@ func (h *Host) PCIFunctions() ([]string, error) {
 }
 
 // VFs lists the addresses of a PF's VFs from its virtfnN links, in VF
-// order, reading at most count links.
+// order, reading at most count links. The kernel numbers a PF's VFs
+// 0..numvfs-1 without gaps, so the list ends at the first missing link: a
+// PF still losing its VFs (virtfn0 gone, virtfn1 not yet) has none, not
+// the ones that are left.
 func VFs(pf *Dir, count int) []string {
 	var out []string
 	for k := range count {
-		if a := pf.LinkBase(fmt.Sprintf("virtfn%d", k)); a != "" {
-			out = append(out, a)
+		a := pf.LinkBase(fmt.Sprintf("virtfn%d", k))
+		if a == "" {
+			break
 		}
+		out = append(out, a)
 	}
 	return out
 }

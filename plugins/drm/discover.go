@@ -27,7 +27,7 @@ func inventory(h *sysfs.Host, f filter, scan pool.Scan) ([]gpu, error) {
 	}
 	out := make([]gpu, 0, len(devs))
 	for _, d := range devs {
-		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1}, dir: d.Dir}
+		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1, Dir: d.Dir}, dir: d.Dir}
 		for _, m := range d.Minors {
 			g.minors = append(g.minors, "/dev/dri/"+m.Name)
 		}

@@ -43,7 +43,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory, Place: p.place}
 	return p, nil
 }
 
@@ -98,7 +98,7 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 }
 
 func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
-	gpus, err := inventory(p.host, p.filter, pool.Scan{NUMA: true})
+	gpus, err := inventory(p.host, p.filter, pool.Scan{}) // NUMA: from Place below
 	if err != nil {
 		return nil, err
 	}
@@ -108,11 +108,19 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		if g.Reason != "" {
 			nodes = g.minors // what the device has, for people to see
 		}
-		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.Device.NUMA, Usable: g.Reason == "", Reason: g.Reason}
+		numa, pcie := p.host.Place(p.host.SysPath(g.dir)) // unusable devices too
+		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: numa, Usable: g.Reason == "", Reason: g.Reason,
+			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key)}
 		if sysfs.IsPCIAddr(g.Device.Key) {
 			out[i].VendorID = lower(sysfs.ReadAttr(g.dir + "/vendor"))
 			out[i].DeviceID = lower(sysfs.ReadAttr(g.dir + "/device"))
 		}
 	}
 	return out, nil
+}
+
+// place is where a GPU sits: its NUMA node, read by discovery for ADD, and
+// its PCIe chain, parsed from the device directory discovery resolved.
+func (p *plugin) place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
+	return d.NUMA, sysfs.ParsePCIe(p.host.SysPath(d.Dir)).Chain()
 }

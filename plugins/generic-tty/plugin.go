@@ -27,6 +27,8 @@ type args struct {
 	// Pattern selects the tty family: "tty" (default), "ttyS", "ttyUSB", ...
 	// A trailing "*" is accepted and ignored.
 	Pattern string `json:"pattern"`
+	// NUMAPolicy is "preferred" (default) or "strict".
+	NUMAPolicy string `json:"numa_policy"`
 }
 
 type plugin struct {
@@ -52,11 +54,15 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if !validPrefix(prefix) {
 		return nil, fmt.Errorf("pattern %q: want a tty family name of ASCII letters, such as \"ttyS\"", a.Pattern)
 	}
+	strict, err := pool.StrictNUMA(a.NUMAPolicy)
+	if err != nil {
+		return nil, err
+	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), prefix: prefix, firstIdx: a.NumSystemReserved}
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
-	p.Pool = pool.Pool{Name: name, Spec: spec, Discover: p.discover, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory, Place: p.place}
 	return p, nil
 }
 
@@ -109,7 +115,10 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 	}
 	out := make([]protocol.DeviceInfo, 0, len(ttys))
 	for _, t := range ttys {
-		d := protocol.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}, NUMA: alloc.Unknown}
+		d := protocol.DeviceInfo{Key: t.Name, Nodes: []string{"/dev/" + t.Name}}
+		var pcie sysfs.PCIe
+		d.NUMA, pcie = p.locate(t.Name)
+		d.PCIeRoot, d.PCIeBridges = pcie.Root, pcie.Bridges("")
 		switch {
 		case p.prefix == "tty" && t.Index == 0:
 			d.Reason = "the current console, never handed out"
@@ -124,4 +133,26 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// place is where a tty sits, for the choice.
+func (p *plugin) place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
+	numa, pcie := p.locate(d.Key)
+	return numa, pcie.Chain()
+}
+
+// locate reads where a tty sits: the NUMA node and PCIe place of the PCI
+// function it hangs off (a USB serial adapter's controller, a PCI serial
+// card), through its class link. Virtual consoles (the "tty" family) and
+// platform UARTs sit on no PCI function: unknown, and for the consoles
+// without a read.
+func (p *plugin) locate(name string) (int, sysfs.PCIe) {
+	if p.prefix == "tty" {
+		return alloc.Unknown, sysfs.PCIe{}
+	}
+	path, err := p.host.ClassDevice("tty", name)
+	if err != nil {
+		return alloc.Unknown, sysfs.PCIe{}
+	}
+	return p.host.Place(path)
 }
