@@ -31,7 +31,7 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build install install-conf uninstall deb test test-deb unit lint demo bench fuzz clean
+.PHONY: all build install install-conf uninstall deb test test-deb e2e-repeat unit lint demo bench fuzz clean
 
 all: build
 
@@ -77,14 +77,35 @@ deb: build
 # The whole suite: lint, unit tests, fuzz seed corpora and the end-to-end
 # tests against the binaries in $(BIN)/.
 test: build lint
-	CDI_TEST_BIN_DIR=$(abspath $(BIN)) $(GO) test -count=1 ./...
+	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) $(GO) test -count=1 ./...)
+
+# The end-to-end tests E2E_COUNT more times (CI runs it after test), so
+# that a flaky test fails instead of slipping through.
+E2E_COUNT ?= 3
+e2e-repeat: build
+	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) $(GO) test -count=$(E2E_COUNT) ./test/e2e)
 
 # Builds the Debian package and installs it into a throwaway root
 # (test/install). Separate from `make test` because the first run builds
 # nfpm; CI runs both.
 test-deb: deb
-	CDI_TEST_BIN_DIR=$(abspath $(BIN)) CDI_TEST_DEB=$(abspath $(BIN)/deb) \
-	  $(GO) test -count=1 -run TestDeb -v ./test/install
+	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) CDI_TEST_DEB=$(abspath $(BIN)/deb) $(GO) test -count=1 -run TestDeb -v ./test/install)
+
+# Tests never touch the live node: guarded runs a test command with the
+# node's CDI directories listed (names, types, modes, owners, sizes, times,
+# content hashes) before and after, and fails if anything changed.
+LIVE_CDI_DIRS := /etc/cdi /var/lib/cdi /var/run/cdi
+LIVE_CDI_LIST = for d in $(LIVE_CDI_DIRS); do \
+	  if [ -e "$$d" ]; then find -H "$$d" -printf '%p %y %m %U:%G %s %T@\n' -type f -exec sha256sum {} +; \
+	  else echo "$$d absent"; fi; \
+	done | LC_ALL=C sort
+define guarded
+	@before=$$(mktemp) && $(LIVE_CDI_LIST) >"$$before" && echo '$(1)' && \
+	{ $(1); status=$$?; } && \
+	$(LIVE_CDI_LIST) | diff -u "$$before" - >"$$before.diff"; changed=$$?; \
+	if [ $$changed != 0 ]; then echo "tests changed the live node's CDI directories:"; cat "$$before.diff"; fi; \
+	rm -f "$$before" "$$before.diff"; [ $$changed = 0 ] && exit $$status; exit 1
+endef
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -81,8 +81,9 @@ func readStores(stateDir string, timeout time.Duration, pub publisherSet) ([]all
 	for _, f := range files {
 		plugin := store.PluginOf(f)
 		err := store.Inspect(f, timeout, func(tx *store.Tx) error {
+			owner := cdispec.Owner{Plugin: plugin, Store: tx.ID()}
 			return tx.ForEach(func(r *store.Record) error {
-				rows = append(rows, recordRows(r, plugin, pub.names(plugin, r), now)...)
+				rows = append(rows, recordRows(r, plugin, pub.names(owner, r), now)...)
 				return nil
 			})
 		})
@@ -135,12 +136,12 @@ func publishers(confs []caller.Config) publisherSet {
 
 // names returns the qualified CDI device names published for the record,
 // named as the publisher names them (cdispec), and only those whose spec
-// file exists.
-func (pub publisherSet) names(plugin string, r *store.Record) []string {
+// file, owned by the record's store, exists.
+func (pub publisherSet) names(owner cdispec.Owner, r *store.Record) []string {
 	var out []string
-	for _, spec := range pub[[2]string{plugin, r.Type}] {
+	for _, spec := range pub[[2]string{owner.Plugin, r.Type}] {
 		name := spec.QualifiedName(r.ID)
-		if _, err := os.Stat(spec.Path(r.ID)); err == nil && !slices.Contains(out, name) {
+		if _, err := os.Stat(spec.Path(owner, r.ID)); err == nil && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}

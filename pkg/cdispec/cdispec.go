@@ -3,6 +3,10 @@
 // tags.cncf.io/container-device-interface, so that containerd, CRI-O and
 // podman can inject the allocated device nodes by fully qualified name
 // (vendor.com/class=name). It also removes those files again.
+//
+// Each file is owned by the store that wrote it, and its name says which
+// (see Owner): stores and callers that share a kind and a directory only
+// ever rewrite or remove their own files.
 package cdispec
 
 import (
@@ -73,10 +77,33 @@ func (c *Config) prefix() string {
 	return vendor + "-" + class + "_"
 }
 
-// Path is the transient spec file of a request-id, named by the upstream
-// convention (<vendor>-<class>_<id>.json).
-func (c *Config) Path(requestID string) string {
-	return filepath.Join(c.Dir, c.prefix()+requestID+".json")
+// Owner is the store a spec file belongs to: the plugin and the identity
+// of its allocation store.
+type Owner struct {
+	Plugin string // the plugin's binary name, "drm"
+	Store  string // the store's identity, lower-case hex
+}
+
+// ErrForeign means a spec file for the request-id belongs to another store
+// (or to no store: written by hand or by an older version).
+var ErrForeign = errors.New("the CDI device name is taken by a spec file this store does not own")
+
+// suffix ends the name of every spec file the owner writes.
+func (o Owner) suffix() string { return "_" + o.Plugin + "-" + o.Store + ".json" }
+
+func (o Owner) valid() error {
+	if o.Plugin == "" || strings.ContainsAny(o.Plugin, "/_\x00") || o.Store == "" || strings.Trim(o.Store, "0123456789abcdef") != "" {
+		return fmt.Errorf("invalid spec owner %q/%q", o.Plugin, o.Store)
+	}
+	return nil
+}
+
+// Path is the owner's transient spec file of a request-id, named by the
+// upstream convention <vendor>-<class>_<transient id>.json, where the
+// transient id is <request-id>_<plugin>-<store>. Request-ids never contain
+// "_", so the name says unambiguously whose device it is and who owns it.
+func (c *Config) Path(o Owner, requestID string) string {
+	return filepath.Join(c.Dir, c.prefix()+requestID+o.suffix())
 }
 
 // QualifiedName is the name runtimes inject the request's device by.
@@ -122,21 +149,21 @@ func Stat(root, path string) Node {
 	return n
 }
 
-// Write writes the request's transient spec atomically: a temporary file in
-// the same directory, fsync, rename, fsync of the directory. Mode 0644, so
-// runtimes that do not run as root can read it.
-func (c *Config) Write(requestID string, nodes []Node) error {
-	spec := &specs.Spec{Kind: c.Kind, Devices: []specs.Device{{Name: DeviceName(requestID)}}}
-	for _, n := range nodes {
-		spec.Devices[0].ContainerEdits.DeviceNodes = append(spec.Devices[0].ContainerEdits.DeviceNodes,
-			&specs.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor})
-	}
-	v, err := specs.MinimumRequiredVersion(spec)
-	if err != nil {
+// Write writes the owner's spec of the request atomically: a temporary
+// file in the same directory, fsync, rename, fsync of the directory. Mode
+// 0644, so runtimes that do not run as root can read it. It only ever
+// replaces the owner's own file. If another file of this kind names the
+// same request-id (another store's, or one without an owner), runtimes
+// could not tell the two devices apart: Write refuses with ErrForeign, and
+// when that file appeared while writing, it takes its own file back.
+func (c *Config) Write(o Owner, requestID string, nodes []Node) error {
+	if err := o.valid(); err != nil {
 		return err
 	}
-	spec.Version = v
-	b, err := json.MarshalIndent(spec, "", "  ")
+	if err := c.foreign(o, requestID); err != nil {
+		return err
+	}
+	b, err := c.content(requestID, nodes)
 	if err != nil {
 		return err
 	}
@@ -148,7 +175,7 @@ func (c *Config) Write(requestID string, nodes []Node) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(append(b, '\n'))
+	_, err = tmp.Write(b)
 	if err == nil {
 		err = tmp.Chmod(0o644)
 	}
@@ -158,13 +185,67 @@ func (c *Config) Write(requestID string, nodes []Node) error {
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), c.Path(o, requestID))
+	}
 	if err != nil {
 		return fmt.Errorf("writing CDI spec: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), c.Path(requestID)); err != nil {
-		return fmt.Errorf("writing CDI spec: %w", err)
+	// Two stores writing the same name at once both see the other here,
+	// or the later one does; never neither.
+	if err := c.foreign(o, requestID); err != nil {
+		return errors.Join(err, c.Remove(o, requestID))
 	}
 	return syncDir(c.Dir)
+}
+
+// content is the spec file of a request: one device named after it.
+func (c *Config) content(requestID string, nodes []Node) ([]byte, error) {
+	spec := &specs.Spec{Kind: c.Kind, Devices: []specs.Device{{Name: DeviceName(requestID)}}}
+	for _, n := range nodes {
+		spec.Devices[0].ContainerEdits.DeviceNodes = append(spec.Devices[0].ContainerEdits.DeviceNodes,
+			&specs.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor})
+	}
+	v, err := specs.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.Version = v
+	b, err := json.MarshalIndent(spec, "", "  ")
+	return append(b, '\n'), err
+}
+
+// foreign returns ErrForeign naming the first spec file of this kind, not
+// the owner's, that defines the request-id's device.
+func (c *Config) foreign(o Owner, requestID string) error {
+	names, err := c.names()
+	if err != nil {
+		return err
+	}
+	mine := filepath.Base(c.Path(o, requestID))
+	for _, name := range names {
+		id, ok := strings.CutPrefix(name, c.prefix())
+		if !ok || name == mine || !strings.HasSuffix(id, ".json") {
+			continue
+		}
+		if id, _, _ = strings.Cut(strings.TrimSuffix(id, ".json"), "_"); id == requestID {
+			return fmt.Errorf("%w: %s", ErrForeign, filepath.Join(c.Dir, name))
+		}
+	}
+	return nil
+}
+
+// names lists the directory; a missing directory is empty.
+func (c *Config) names() ([]string, error) {
+	entries, err := os.ReadDir(c.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names, err
 }
 
 func syncDir(dir string) error {
@@ -176,33 +257,38 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// Remove deletes the request's spec; a missing file is fine.
-func (c *Config) Remove(requestID string) error {
-	err := os.Remove(c.Path(requestID))
+// Remove deletes the owner's spec of the request; a missing file is fine.
+// Files of other owners are never touched.
+func (c *Config) Remove(o Owner, requestID string) error {
+	if err := o.valid(); err != nil {
+		return err
+	}
+	err := os.Remove(c.Path(o, requestID))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	return err
 }
 
-// Orphans lists the request-ids that have a spec of this kind in the
-// directory but for which held reports false.
-func (c *Config) Orphans(held func(id string) bool) ([]string, error) {
-	entries, err := os.ReadDir(c.Dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+// Orphans lists the request-ids that have a spec of this kind owned by o
+// in the directory but for which held reports false. Other owners' files
+// are not looked at.
+func (c *Config) Orphans(o Owner, held func(id string) bool) ([]string, error) {
+	if err := o.valid(); err != nil {
+		return nil, err
 	}
+	names, err := c.names()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, e := range entries {
-		id, ok := strings.CutPrefix(e.Name(), c.prefix())
+	for _, name := range names {
+		id, ok := strings.CutPrefix(name, c.prefix())
 		if !ok {
 			continue
 		}
-		id, ok = strings.CutSuffix(id, ".json")
-		if ok && !held(id) {
+		id, ok = strings.CutSuffix(id, o.suffix())
+		if ok && !strings.Contains(id, "_") && !held(id) {
 			out = append(out, id)
 		}
 	}

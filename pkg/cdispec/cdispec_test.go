@@ -1,6 +1,7 @@
 package cdispec
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,22 +51,86 @@ func TestDeviceName(t *testing.T) {
 
 func TestWriteRemove(t *testing.T) {
 	c := &Config{Kind: "example.com/gpu", Dir: filepath.Join(t.TempDir(), "cdi")}
-	if err := c.Write("r1", []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}); err != nil {
+	o := Owner{Plugin: "drm", Store: "00ff"}
+	if err := c.Write(o, "r1", []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(c.Path("r1"))
+	if filepath.Base(c.Path(o, "r1")) != "example.com-gpu_r1_drm-00ff.json" {
+		t.Fatalf("path %s", c.Path(o, "r1"))
+	}
+	b, err := os.ReadFile(c.Path(o, "r1"))
 	if err != nil || !strings.Contains(string(b), `"cdiVersion": "0.3.0"`) {
 		t.Fatalf("%s %v", b, err)
 	}
-	ids, err := c.Orphans(func(string) bool { return false })
+	ids, err := c.Orphans(o, func(string) bool { return false })
 	if err != nil || len(ids) != 1 || ids[0] != "r1" {
 		t.Fatalf("orphans: %v %v", ids, err)
 	}
-	if err := c.Remove("r1"); err != nil {
+	if err := c.Remove(o, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Remove("r1"); err != nil {
+	if err := c.Remove(o, "r1"); err != nil {
 		t.Fatal("removing a missing spec failed:", err)
+	}
+}
+
+// Two owners share a kind and a directory, beside a file nobody owns and
+// another kind's: each sees, rewrites and removes only its own files, and
+// neither takes a request-id whose device name is already defined.
+func TestOwnership(t *testing.T) {
+	dir := t.TempDir()
+	c := &Config{Kind: "example.com/gpu", Dir: dir}
+	a, b := Owner{Plugin: "drm", Store: "aa"}, Owner{Plugin: "drm", Store: "bb"}
+	write := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	legacy := write("example.com-gpu_old.json")
+	other := write("other.com-gpu_r2_drm-aa.json")
+	nodes := []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}
+	for _, w := range []struct {
+		o  Owner
+		id string
+	}{{a, "r1"}, {b, "r2"}, {a, "r1"}} { // the last is a rewrite
+		if err := c.Write(w.o, w.id, nodes); err != nil {
+			t.Fatalf("%v writes %s: %v", w.o, w.id, err)
+		}
+	}
+	none := func(string) bool { return false }
+	for _, tt := range []struct {
+		o    Owner
+		want string
+	}{{a, "r1"}, {b, "r2"}} {
+		if ids, err := c.Orphans(tt.o, none); err != nil || strings.Join(ids, " ") != tt.want {
+			t.Errorf("%v orphans = %v, %v; want %s", tt.o, ids, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		o  Owner
+		id string
+	}{{b, "r1"}, {a, "r2"}, {a, "old"}} {
+		if err := c.Write(tt.o, tt.id, nodes); !errors.Is(err, ErrForeign) {
+			t.Errorf("%v writes %s over another's device name: %v", tt.o, tt.id, err)
+		}
+		if err := c.Remove(tt.o, tt.id); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, p := range []string{legacy, other, c.Path(a, "r1"), c.Path(b, "r2")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(c.Path(b, "r1")); !os.IsNotExist(err) {
+		t.Errorf("a refused write left its file: %v", err)
+	}
+	for _, bad := range []Owner{{}, {Plugin: "drm"}, {Plugin: "drm", Store: "XYZ"}, {Plugin: "a_b", Store: "aa"}, {Plugin: "../x", Store: "aa"}} {
+		if err := c.Write(bad, "r9", nodes); err == nil {
+			t.Errorf("owner %+v accepted", bad)
+		}
 	}
 }
 

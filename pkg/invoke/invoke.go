@@ -130,13 +130,15 @@ func Run(ctx context.Context, c Call) (*Reply, error) {
 		}
 		break
 	}
-	if ctx.Err() != nil {
-		return nil, &RunError{Kind: KindTimeout, Plugin: c.Plugin, Stderr: stderr.String(),
-			Err: fmt.Errorf("no answer within %v", timeout)}
-	}
 	status := 0
 	var exitErr *exec.ExitError
 	switch {
+	case errors.Is(runErr, exec.ErrWaitDelay):
+		// The plugin exited with status 0 and its answer is read; only
+		// something it left running still holds its stdout open.
+	case ctx.Err() != nil:
+		return nil, &RunError{Kind: KindTimeout, Plugin: c.Plugin, Stderr: stderr.String(),
+			Err: fmt.Errorf("no answer within %v", timeout)}
 	case errors.As(runErr, &exitErr):
 		status = exitErr.ExitCode()
 	case runErr != nil:

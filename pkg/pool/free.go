@@ -14,7 +14,7 @@ import (
 // Del frees everything the request-id holds, in one transaction.
 func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 	if !p.stored(c) {
-		p.unpublish(c, c.RequestID) // an orphan, if anything
+		// No store, so no spec file is ours.
 		return protocol.NewError(protocol.CodeUnknownRequestID, "")
 	}
 	st, hold, _, done, err := p.lock(ctx, c)
@@ -37,7 +37,7 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 	})
 	var e *protocol.Error
 	if err == nil || errors.As(err, &e) && e.Code == protocol.CodeUnknownRequestID {
-		p.unpublish(c, c.RequestID)
+		p.unpublish(st, c, c.RequestID)
 	}
 	if err != nil {
 		return storeError(err)
@@ -63,7 +63,7 @@ func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
 		return nil, storeError(err)
 	}
 	for _, id := range res.Freed {
-		p.unpublish(c, id)
+		p.unpublish(st, c, id)
 	}
 	if p.Spec != nil {
 		p.removeOrphans(st, c)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
@@ -561,9 +562,24 @@ func specEnv(t *testing.T) *env {
 	return e
 }
 
+// owner is the spec owner of the env's store.
+func (e *env) owner() cdispec.Owner {
+	e.t.Helper()
+	st, err := store.Open(store.Path(e.state, e.pool.Name), store.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer st.Close()
+	o := cdispec.Owner{Plugin: e.pool.Name}
+	if err := st.View(func(tx *store.Tx) error { o.Store = tx.ID(); return nil }); err != nil {
+		e.t.Fatal(err)
+	}
+	return o
+}
+
 func (e *env) specNodes(id string) []string {
 	e.t.Helper()
-	b, err := os.ReadFile(e.pool.Spec.Path(id))
+	b, err := os.ReadFile(e.pool.Spec.Path(e.owner(), id))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -588,20 +604,28 @@ func TestPublish(t *testing.T) {
 	}
 
 	// A replay rewrites a spec that is missing (a crash after the commit).
-	os.Remove(e.pool.Spec.Path("a"))
+	os.Remove(e.pool.Spec.Path(e.owner(), "a"))
 	if _, err := e.add("a", "gpu:2"); err != nil || e.specNodes("a") == nil {
 		t.Errorf("replay did not rewrite the spec: %v", err)
 	}
 
-	// An orphan (a crash after a DEL's commit) goes at the next ADD.
-	if err := e.pool.Spec.Write("ghost", nil); err != nil {
+	// An orphan (a crash after a DEL's commit) goes at the next ADD;
+	// another store's file of the same kind stays.
+	if err := e.pool.Spec.Write(e.owner(), "ghost", nil); err != nil {
+		t.Fatal(err)
+	}
+	other := cdispec.Owner{Plugin: "fake", Store: "0123"}
+	if err := e.pool.Spec.Write(other, "elsewhere", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.add("b", "gpu:1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(e.pool.Spec.Path("ghost")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(e.pool.Spec.Path(e.owner(), "ghost")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("orphan kept: %v", err)
+	}
+	if _, err := os.Stat(e.pool.Spec.Path(other, "elsewhere")); err != nil {
+		t.Errorf("another store's spec removed: %v", err)
 	}
 
 	// DEL and GC remove the files of what they free.

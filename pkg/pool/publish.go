@@ -23,7 +23,8 @@ func (a *adder) publish(ctx context.Context, st *store.Store) error {
 			nodes = append(nodes, cdispec.Stat(c.Env.HostRoot, path))
 		}
 	}
-	err := spec.Write(c.RequestID, nodes)
+	owner := a.pool.owner(st)
+	err := spec.Write(owner, c.RequestID, nodes)
 	if err == nil {
 		a.pool.removeOrphans(st, c)
 		return nil
@@ -38,9 +39,9 @@ func (a *adder) publish(ctx context.Context, st *store.Store) error {
 	})
 	a.undo(ctx)
 	if rollback != nil {
-		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", spec.Path(c.RequestID), err, rollback)
+		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", spec.Path(owner, c.RequestID), err, rollback)
 	}
-	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", spec.Path(c.RequestID), err)
+	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", spec.Path(owner, c.RequestID), err)
 }
 
 // fresh reports whether this ADD made al (rather than replayed it).
@@ -48,11 +49,21 @@ func (a *adder) fresh(al store.Allocation) bool {
 	return slices.ContainsFunc(a.held, func(h answer) bool { return h.fresh && h.Spec == al.Spec })
 }
 
-// removeOrphans deletes spec files whose request-id holds nothing in the
-// store: left by a crash between a DEL's commit and its file removal.
+// owner names this plugin's store as the owner of the spec files it
+// writes (docs/cdi-bridge.md#ownership).
+func (p Pool) owner(st *store.Store) cdispec.Owner {
+	o := cdispec.Owner{Plugin: p.Name}
+	_ = st.View(func(tx *store.Tx) error { o.Store = tx.ID(); return nil })
+	return o
+}
+
+// removeOrphans deletes the store's own spec files whose request-id holds
+// nothing in it: left by a crash between a DEL's commit and its file
+// removal. Other stores' files are never touched.
 func (p Pool) removeOrphans(st *store.Store, c *skel.Call) {
 	_ = st.View(func(tx *store.Tx) error {
-		ids, err := p.Spec.Orphans(func(id string) bool {
+		o := cdispec.Owner{Plugin: p.Name, Store: tx.ID()}
+		ids, err := p.Spec.Orphans(o, func(id string) bool {
 			r, err := tx.Get(id)
 			return err != nil || r != nil
 		})
@@ -60,7 +71,7 @@ func (p Pool) removeOrphans(st *store.Store, c *skel.Call) {
 			c.Warnf("looking for orphaned CDI specs: %v", err)
 		}
 		for _, id := range ids {
-			if err := p.Spec.Remove(id); err != nil {
+			if err := p.Spec.Remove(o, id); err != nil {
 				c.Warnf("removing orphaned CDI spec: %v", err)
 			}
 		}
@@ -68,12 +79,13 @@ func (p Pool) removeOrphans(st *store.Store, c *skel.Call) {
 	})
 }
 
-// unpublish removes a request's spec file, if specs are published.
-func (p Pool) unpublish(c *skel.Call, id string) {
+// unpublish removes the store's own spec file of a request, if specs are
+// published.
+func (p Pool) unpublish(st *store.Store, c *skel.Call, id string) {
 	if p.Spec == nil {
 		return
 	}
-	if err := p.Spec.Remove(id); err != nil {
+	if err := p.Spec.Remove(p.owner(st), id); err != nil {
 		c.Warnf("removing CDI spec: %v", err)
 	}
 }

@@ -8,6 +8,8 @@
 package store
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +32,7 @@ var (
 	bucketRequests = []byte("requests")
 	bucketDevices  = []byte("devices")
 	keySchema      = []byte("schema")
+	keyID          = []byte("id")
 )
 
 // Errors callers act on. They are wrapped with the path and cause.
@@ -257,9 +260,33 @@ func (t *Tx) init() error {
 				return err
 			}
 		}
+	} else if err := t.checkSchema(); err != nil {
+		return err
+	}
+	return t.ensureID()
+}
+
+// ensureID gives the store its identity on its first write: random, so
+// that stores sharing a CDI spec directory can tell their files apart.
+func (t *Tx) ensureID() error {
+	meta := t.tx.Bucket(bucketMeta)
+	if meta.Get(keyID) != nil {
 		return nil
 	}
-	return t.checkSchema()
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	return meta.Put(keyID, []byte(hex.EncodeToString(b[:])))
+}
+
+// ID returns the store's identity, lower-case hex; "" in a read-only
+// transaction of a store no write has touched yet.
+func (t *Tx) ID() string {
+	if meta := t.tx.Bucket(bucketMeta); meta != nil {
+		return string(meta.Get(keyID))
+	}
+	return ""
 }
 
 func (t *Tx) checkSchema() error {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func open(t *testing.T, path string) *Store {
@@ -215,5 +218,43 @@ func BenchmarkAddDel(b *testing.B) {
 		if err := s.Update(func(tx *Tx) error { _, err := tx.Delete("a"); return err }); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A store gets a random identity when it is created; it stays across opens
+// and read-only views, and two stores never share one.
+func TestID(t *testing.T) {
+	dir := t.TempDir()
+	id := func(path string, opt Options) string {
+		s, err := Open(path, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var id string
+		if err := s.View(func(tx *Tx) error { id = tx.ID(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	a := id(Path(dir, "a"), Options{})
+	if len(a) != 32 || strings.Trim(a, "0123456789abcdef") != "" {
+		t.Fatalf("identity %q is not 128 bits of lower-case hex", a)
+	}
+	if again := id(Path(dir, "a"), Options{ReadOnly: true}); again != a {
+		t.Fatalf("identity changed across opens: %q then %q", a, again)
+	}
+	if b := id(Path(dir, "b"), Options{}); b == a {
+		t.Fatalf("two stores share the identity %q", a)
+	}
+	// A store written before identities existed gets one on its next write.
+	s := open(t, Path(dir, "old"))
+	if err := s.db.Update(func(btx *bolt.Tx) error { return btx.Bucket(bucketMeta).Delete(keyID) }); err != nil {
+		t.Fatal(err)
+	}
+	var before, after string
+	_ = s.View(func(tx *Tx) error { before = tx.ID(); return nil })
+	if err := s.Update(func(tx *Tx) error { after = tx.ID(); return nil }); err != nil || before != "" || len(after) != 32 {
+		t.Fatalf("old store: identity %q before its first write, %q in it (%v)", before, after, err)
 	}
 }

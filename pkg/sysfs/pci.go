@@ -85,6 +85,26 @@ func VFs(pf *Dir, count int) []string {
 	return out
 }
 
+// VFsSettled reports whether a PF's VF links are what sriov_numvfs = n
+// leaves once the kernel and udev are done: exactly virtfn0..virtfn(n-1),
+// each pointing at a present device, and no virtfnK for n <= K < total.
+// While VFs are being removed or created the links come and go in any
+// order, so a count of the first links is not enough.
+func VFsSettled(pf *Dir, n, total int) bool {
+	var st unix.Stat_t
+	for k := range max(n, total) {
+		name := fmt.Sprintf("virtfn%d", k)
+		if k < n {
+			if unix.Fstatat(pf.fd, name, &st, 0) != nil { // missing or dangling
+				return false
+			}
+		} else if unix.Fstatat(pf.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // WriteAttr writes value to a sysfs attribute, bounded by ctx: a write
 // that blocks (a driver stuck in probe) is abandoned with an error that
 // names the file, rather than hanging the caller. The errno of a failed

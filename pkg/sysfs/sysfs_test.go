@@ -161,3 +161,50 @@ func TestDRMDevices(t *testing.T) {
 		t.Errorf("render only: %+v", devs)
 	}
 }
+
+// VFsSettled accepts only exactly virtfn0..n-1, each pointing at a device,
+// and nothing from virtfn(n) up to sriov_totalvfs: the states a PF passes
+// through while the kernel and udev remove and add VFs in any order.
+func TestVFsSettled(t *testing.T) {
+	tests := []struct {
+		name     string
+		links    []int // virtfnK pointing at a device
+		dangling []int // virtfnK whose device is gone
+		n        int
+		want     bool
+	}{
+		{"settled at 2", []int{0, 1}, nil, 2, true},
+		{"settled at 0", nil, nil, 0, true},
+		{"a gap: virtfn0 not yet created", []int{1, 2}, nil, 2, false},
+		{"an old VF lingers beyond n", []int{0, 1, 3}, nil, 2, false},
+		{"the last old VF lingers", []int{7}, nil, 0, false},
+		{"a link to a removed device", []int{0}, []int{1}, 2, false},
+		{"a dangling link beyond n", nil, []int{2}, 0, false},
+		{"one missing", []int{0, 1, 2}, nil, 4, false},
+	}
+	for _, tt := range tests {
+		pf := t.TempDir()
+		for _, k := range tt.links {
+			dev := filepath.Join(pf, "dev"+itoa(k))
+			if err := os.Mkdir(dev, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(dev, filepath.Join(pf, "virtfn"+itoa(k))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, k := range tt.dangling {
+			if err := os.Symlink(filepath.Join(pf, "gone"), filepath.Join(pf, "virtfn"+itoa(k))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := OpenDir(pf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := VFsSettled(d, tt.n, 8); got != tt.want {
+			t.Errorf("%s: VFsSettled(%d) = %v, want %v", tt.name, tt.n, got, tt.want)
+		}
+		d.Close()
+	}
+}

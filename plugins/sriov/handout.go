@@ -80,7 +80,8 @@ func (p *plugin) bind(ctx context.Context, addr string) error {
 	return nil
 }
 
-// vfio returns each VF's VFIO group node, then the container node.
+// vfio returns each VF's VFIO group node, then the container node. Each VF
+// must be bound to vfio-pci (or vf_driver), as its driver link says.
 func (p *plugin) vfio(addrs []string) ([]string, error) {
 	var nodes []string
 	for _, a := range addrs {
@@ -88,18 +89,15 @@ func (p *plugin) vfio(addrs []string) ([]string, error) {
 		if err != nil {
 			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: %w", a, err)
 		}
-		group := d.LinkBase("iommu_group")
+		group, drv := d.LinkBase("iommu_group"), d.LinkBase("driver")
 		d.Close()
 		if group == "" {
 			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s has no IOMMU group (is the IOMMU enabled?)", a)
 		}
-		node := ""
-		for _, name := range []string{"vfio/" + group, "vfio/noiommu-" + group} {
-			if p.host.NodeExists(name) {
-				node = "/dev/" + name
-				break
-			}
+		if drv != p.wantDriver() {
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s is bound to %q, not %s", a, drv, p.wantDriver())
 		}
+		node := p.groupNode(group)
 		if node == "" {
 			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: no /dev/vfio/%s; is it bound to vfio-pci?", a, group)
 		}

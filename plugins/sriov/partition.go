@@ -97,7 +97,7 @@ func plan(current, total, want int, busy bool) ([]int, error) {
 }
 
 // prepare runs inside ADD's store transaction: it makes sure each selected
-// PF has its VFs and returns the VFs as candidates.
+// PF has its VFs and returns the VFs that can be handed out as candidates.
 func (p *plugin) prepare(ctx context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	pfs, err := p.pfs()
 	if err != nil {
@@ -124,17 +124,11 @@ func (p *plugin) prepare(ctx context.Context, _ *skel.Call, scan pool.Scan) ([]p
 				return nil, err
 			}
 			f.current = writes[len(writes)-1]
-			vfs = sysfs.VFs(f.dir, f.current)
 		}
-		for k, vf := range vfs {
-			numa := f.numa
-			if d, err := sysfs.OpenDir(p.host.PCIDir(vf)); err == nil {
-				if n := d.NUMA(); n >= 0 {
-					numa = n
-				}
-				d.Close()
+		for k, vf := range p.vfStates(f) {
+			if vf.reason == "" {
+				devs = append(devs, pool.Device{Key: vf.addr, Index: i<<16 | k, NUMA: vf.numa})
 			}
-			devs = append(devs, pool.Device{Key: vf, Index: i<<16 | k, NUMA: numa})
 		}
 	}
 	return devs, nil
@@ -154,15 +148,15 @@ func (p *plugin) partition(ctx context.Context, f pf, writes []int) error {
 			return setupError(f.addr, err)
 		}
 	}
-	// The kernel applies a write before it returns; waiting for the links
-	// to match after each write also covers a slow udev or a simulated
-	// kernel, and keeps "0, then N" in order.
+	// After each write, wait until the links are exactly those of n VFs:
+	// a slow udev or a simulated kernel removes and adds them in any
+	// order, and "0, then N" must not go on while old VFs linger.
 	for _, n := range writes {
 		if err := sysfs.WriteAttr(ctx, f.dir.Path+"/sriov_numvfs", strconv.Itoa(n)); err != nil {
 			return setupError(f.addr, err)
 		}
-		err := sysfs.WaitFor(ctx, fmt.Sprintf("%d VFs of %s", n, f.addr), func() bool {
-			return len(sysfs.VFs(f.dir, n+1)) == n
+		err := sysfs.WaitFor(ctx, fmt.Sprintf("exactly %d VFs of %s", n, f.addr), func() bool {
+			return sysfs.VFsSettled(f.dir, n, f.total)
 		})
 		if err != nil {
 			return setupError(f.addr, err)

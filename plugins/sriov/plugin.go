@@ -96,20 +96,30 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown, Inventory: p.inventory}
 	return p, nil
 }
 
-// Info reports the VFs the selected PFs provide or will provide.
+// Info reports the VFs the selected PFs provide or will provide: on a PF
+// already partitioned to num_vfs, those that can be handed out now; on
+// any other, the num_vfs that ADD creates.
 func (p *plugin) Info(_ context.Context, c *skel.Call) (map[string]int, error) {
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)
 	}
 	n := 0
-	for _, pf := range pfs {
-		n += min(p.numVFs, pf.total)
-		pf.dir.Close()
+	for _, f := range pfs {
+		if want := min(p.numVFs, f.total); f.current != want {
+			n += want
+		} else {
+			for _, vf := range p.vfStates(f) {
+				if vf.reason == "" {
+					n++
+				}
+			}
+		}
+		f.dir.Close()
 	}
 	return map[string]int{c.Config.Type: n}, nil
 }

@@ -49,7 +49,8 @@ func TestCDISpecWithUpstreamLibrary(t *testing.T) {
 	if r.status != 0 || len(names) != 1 || names[0] != "example.com/gpu=pod1" {
 		t.Fatalf("ADD: %s", r.stdout)
 	}
-	path := filepath.Join(dir, "example.com-gpu_pod1.json")
+	// The file's name records the store that wrote it.
+	path := filepath.Join(dir, "example.com-gpu_pod1_drm-"+n.storeID("drm")+".json")
 	fi, err := os.Stat(path)
 	if err != nil || fi.Mode().Perm() != 0o644 {
 		t.Fatalf("spec file: %v %v", fi, err)
@@ -123,8 +124,9 @@ func TestCDISpecRewriteAndNames(t *testing.T) {
 	}
 }
 
-// Specs left by a crash are removed by the next ADD, DEL or GC that finds
-// them orphaned; a spec that cannot be written fails the ADD and takes the
+// Specs left by a crash are removed by the next ADD, DEL or GC of the store
+// that wrote them; files the store does not own (written by hand, another
+// kind) stay. A spec that cannot be written fails the ADD and takes the
 // allocation back.
 func TestCDISpecOrphansAndFailures(t *testing.T) {
 	n := newNode(t, eightGPUs())
@@ -133,26 +135,31 @@ func TestCDISpecOrphansAndFailures(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// orphan makes id's spec the way a crash between DEL's commit and the
+	// file's removal leaves it: the file, and no record.
 	orphan := func(id string) string {
-		p := filepath.Join(dir, "example.com-gpu_"+id+".json")
-		if err := os.WriteFile(p, []byte(`{"cdiVersion":"0.3.0","kind":"example.com/gpu","devices":[{"name":"`+id+`","containerEdits":{"deviceNodes":[{"path":"/dev/dri/card7"}]}}]}`), 0o644); err != nil {
+		if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID="+id); r.status != 0 {
+			t.Fatal(r.stdout)
+		}
+		n.forget("drm", id)
+		return filepath.Join(dir, "example.com-gpu_"+id+"_drm-"+n.storeID("drm")+".json")
+	}
+	var others []string
+	for name, body := range map[string]string{
+		"other.com-gpu_x.json":       "{}",
+		"example.com-gpu_ghost.json": `{"cdiVersion":"0.3.0","kind":"example.com/gpu","devices":[{"name":"byhand","containerEdits":{"deviceNodes":[{"path":"/dev/dri/card7"}]}}]}`,
+	} {
+		others = append(others, filepath.Join(dir, name))
+		if err := os.WriteFile(others[len(others)-1], []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return p
 	}
-	other := filepath.Join(dir, "other.com-gpu_x.json")
-	if err := os.WriteFile(other, []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ghost := orphan("ghost")
+	ghost := orphan("ghost1")
 	if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=a"); r.status != 0 {
 		t.Fatal(r.stdout)
 	}
 	if _, err := os.Stat(ghost); !os.IsNotExist(err) {
 		t.Fatal("ADD left an orphaned spec")
-	}
-	if _, err := os.Stat(other); err != nil {
-		t.Fatal("ADD removed another kind's spec")
 	}
 	ghost = orphan("ghost2")
 	if r := n.run("drm", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=ghost2"); r.code(t) != 5 {
@@ -168,16 +175,30 @@ func TestCDISpecOrphansAndFailures(t *testing.T) {
 	if _, err := os.Stat(ghost); !os.IsNotExist(err) {
 		t.Fatal("GC left an orphaned spec")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "example.com-gpu_a.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "example.com-gpu_a_drm-"+n.storeID("drm")+".json")); err != nil {
 		t.Fatal("GC removed a valid spec")
 	}
+	// A DEL of the id of a file this store does not own leaves it.
+	if r := n.run("drm", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=ghost"); r.code(t) != 5 {
+		t.Fatal(r.stdout)
+	}
+	for _, p := range others {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a file the store does not own was removed: %v", err)
+		}
+	}
+	// An ADD whose device name a file it does not own already defines: 107,
+	// the allocation is taken back and the file is left alone.
+	if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=ghost"); r.status != 1 || r.code(t) != 107 || !strings.Contains(r.stdout, "does not own") {
+		t.Fatalf("ADD over a foreign device name: %s", r.stdout)
+	}
 	// An unwritable spec directory: 107, and the GPU is free again.
-	blocked := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + other + `"}}`)
+	blocked := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + others[0] + `"}}`)
 	if r := n.run("drm", blocked, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=b"); r.status != 1 || r.code(t) != 107 {
 		t.Fatalf("ADD with a bad dir: %s", r.stdout)
 	}
-	if recs := n.records("drm"); len(recs) != 1 || recs["b"] != nil {
-		t.Fatalf("allocation not taken back: %v", recs)
+	if recs := n.records("drm"); len(recs) != 1 || recs["a"] == nil {
+		t.Fatalf("allocations not taken back: %v", recs)
 	}
 	// Kinds that break the upstream naming rules are config errors.
 	for _, kind := range []string{"gpu", "example.com/", "/gpu", "exa mple.com/gpu", "example.com/gpu-", "-example.com/gpu"} {
@@ -185,5 +206,82 @@ func TestCDISpecOrphansAndFailures(t *testing.T) {
 		if r := n.run("drm", bad, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=c"); r.code(t) != 101 {
 			t.Errorf("kind %q: %s", kind, r.stdout)
 		}
+	}
+}
+
+// Two stores (two nodes' state, or two callers) share a CDI kind and a
+// spec directory, for whole GPUs and for sriov VFs handed out through the
+// drm delegate. Each adds, deletes and collects; neither ever removes or
+// rewrites the other's files, and the directory stays loadable.
+func TestCDISpecOwnership(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cdi")
+	gpu := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + dir + `"}}`)
+	vgpu := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":4,` + drmDelegate + `,"cdi_spec":{"kind":"example.com/vgpu","dir":"` + dir + `"}}`)
+	h := sriovHost()
+	h.GPUs = append(h.GPUs, gpuAt("0000:05:00.0", "0x10de", 2, 0), gpuAt("0000:06:00.0", "0x10de", 3, 0))
+	a, b := sriovNode(t, h), sriovNode(t, h)
+	run := func(n *ctlNode, plugin, conf string, env ...string) result {
+		t.Helper()
+		if plugin == "sriov" {
+			return n.sriov(conf, env...) // with the delegate on CDI_PATH
+		}
+		return n.run(plugin, conf, env...)
+	}
+	expect := func(code int, n *ctlNode, plugin, conf string, env ...string) {
+		t.Helper()
+		if r := run(n, plugin, conf, env...); r.code(t) != code {
+			t.Fatalf("%s %v: %s, want code %d", plugin, env, r.stdout, code)
+		}
+	}
+	ok := func(n *ctlNode, plugin, conf string, env ...string) { t.Helper(); expect(0, n, plugin, conf, env...) }
+	add := func(id string) []string { return []string{"CDI_COMMAND=ADD", "CDI_REQUEST_ID=" + id} }
+	// specs lists the files as kind/request-id and, with owners set,
+	// checks that each file's name ends with the store that wrote it.
+	specs := func(owners map[string]*ctlNode) string {
+		paths, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		var out []string
+		for _, p := range paths {
+			kind, rest, _ := strings.Cut(strings.TrimPrefix(filepath.Base(p), "example.com-"), "_")
+			id, owner, _ := strings.Cut(strings.TrimSuffix(rest, ".json"), "_")
+			plugin := map[string]string{"gpu": "drm", "vgpu": "sriov"}[kind]
+			if n := owners[id]; n != nil && owner != plugin+"-"+n.storeID(plugin) {
+				t.Errorf("%s: owner %q is not the store that wrote it", p, owner)
+			}
+			out = append(out, kind+"/"+id)
+		}
+		return strings.Join(out, " ")
+	}
+	ok(a, "drm", gpu, append(add("a1"), "CDI_REQUEST=gpu:1")...)
+	ok(a, "drm", gpu, append(add("a2"), "CDI_REQUEST=gpu:1")...)
+	ok(a, "sriov", vgpu, append(add("va"), "CDI_REQUEST=vgpu:1")...)
+	// b's ADDs look for orphans: a's files hold nothing in b's store.
+	ok(b, "drm", gpu, append(add("b1"), "CDI_REQUEST=gpu:1")...)
+	ok(b, "sriov", vgpu, append(add("vb"), "CDI_REQUEST=vgpu:2")...)
+	if got, want := specs(nil), "gpu/a1 gpu/a2 gpu/b1 vgpu/va vgpu/vb"; got != want {
+		t.Fatalf("after both stores' ADDs: %s, want %s", got, want)
+	}
+	// b's DEL of a's ids, and b's GC, leave a's files.
+	expect(5, b, "drm", gpu, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=a1")
+	expect(5, b, "sriov", vgpu, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=va")
+	ok(b, "drm", gpu, "CDI_COMMAND=GC", "CDI_VALID_REQUEST_IDS=none")
+	ok(b, "sriov", vgpu, "CDI_COMMAND=GC", "CDI_VALID_REQUEST_IDS=vb")
+	// b cannot take a device name a already defines.
+	expect(107, b, "drm", gpu, append(add("a2"), "CDI_REQUEST=gpu:1")...)
+	expect(107, b, "sriov", vgpu, append(add("va"), "CDI_REQUEST=vgpu:1")...)
+	all := map[string]*ctlNode{"a1": a, "a2": a, "va": a, "vb": b}
+	if got, want := specs(all), "gpu/a1 gpu/a2 vgpu/va vgpu/vb"; got != want {
+		t.Fatalf("after b's DEL and GC: %s, want %s", got, want)
+	}
+	c := loadCache(t, dir)
+	if d := inject(t, c, "example.com/vgpu=va").Linux.Devices; len(d) != 1 || d[0].Path != "/dev/dri/renderD160" {
+		t.Fatalf("a's VF spec: %+v", d)
+	}
+	// a cleans up its own.
+	for _, id := range []string{"a1", "a2"} {
+		ok(a, "drm", gpu, "CDI_COMMAND=DEL", "CDI_REQUEST_ID="+id)
+	}
+	ok(a, "sriov", vgpu, "CDI_COMMAND=GC", "CDI_VALID_REQUEST_IDS=none")
+	if got := specs(all); got != "vgpu/vb" {
+		t.Fatalf("after a's DEL and GC: %s", got)
 	}
 }

@@ -277,7 +277,7 @@ func TestCdictlLsCDIDevices(t *testing.T) {
 		t.Fatalf("table: %s", r.stdout)
 	}
 	// A spec file that is gone is not claimed.
-	if err := os.Remove(filepath.Join(specDir, "cdictl-ls.test-tty_job-.json")); err != nil {
+	if err := os.Remove(filepath.Join(specDir, "cdictl-ls.test-tty_job-_generic-tty-"+n.storeID("generic-tty")+".json")); err != nil {
 		t.Fatal(err)
 	}
 	ls = lsOut{}

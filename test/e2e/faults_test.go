@@ -91,7 +91,9 @@ func TestKillDuringAddDel(t *testing.T) {
 
 // Workers own disjoint request-ids and run random ADD/DEL/INFO against a
 // model of what each id holds; every answer is checked against the model,
-// and the store against the model at the end.
+// and the store against the model at the end. A device counts as held from
+// the moment its ADD answered until its DEL starts, so a device handed to
+// another id inside that window is a double hand-out by the store.
 func TestInterleavingAgainstModel(t *testing.T) {
 	n := newNode(t, fixture.Host{TTYs: map[string]int{"tty": 45}}) // 32 usable
 	conf := readConf(t, "tty.conf")
@@ -125,7 +127,7 @@ func TestInterleavingAgainstModel(t *testing.T) {
 						mu.Lock()
 						for _, dev := range d {
 							if h, ok := heldBy[dev]; ok && h != id {
-								t.Errorf("%s handed to %s while %s holds it", dev, id, h)
+								t.Errorf("double hand-out: ADD gave %s to %s, but %s holds it and no DEL of %s had started", dev, id, h, h)
 							}
 							heldBy[dev] = id
 						}
@@ -137,9 +139,9 @@ func TestInterleavingAgainstModel(t *testing.T) {
 						t.Errorf("ADD %s tty:%d: %s (model %v)", id, amount, r.stdout, prev)
 					}
 				case op < 4:
-					// The model lets go before DEL runs: once DEL commits,
-					// another worker's ADD may get the devices before this
-					// worker could note that they are free.
+					// The devices may go to another worker as soon as
+					// DEL commits, before it returns: release them in
+					// the model first.
 					mu.Lock()
 					for _, dev := range model[w][id] {
 						delete(heldBy, dev)

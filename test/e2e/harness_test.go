@@ -217,6 +217,36 @@ func (n *node) records(plugin string) map[string]*store.Record {
 	return out
 }
 
+// storeID returns the identity of a plugin's store, which names the spec
+// files it owns.
+func (n *node) storeID(plugin string) string {
+	n.t.Helper()
+	s, err := store.Open(store.Path(n.state, plugin), store.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer s.Close()
+	var id string
+	if err := s.View(func(tx *store.Tx) error { id = tx.ID(); return nil }); err != nil || id == "" {
+		n.t.Fatalf("store identity %q: %v", id, err)
+	}
+	return id
+}
+
+// forget deletes a request's record behind the plugin's back, as a crash
+// between a DEL's commit and its clean-up leaves the node.
+func (n *node) forget(plugin, id string) {
+	n.t.Helper()
+	s, err := store.Open(store.Path(n.state, plugin), store.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(func(tx *store.Tx) error { _, err := tx.Delete(id); return err }); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
 // golden compares stdout with testdata/<name>.golden: semantically as JSON,
 // and byte for byte apart from whitespace. -update rewrites the file.
 func golden(t *testing.T, name string, r result) {

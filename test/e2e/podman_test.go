@@ -9,99 +9,184 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/test/fixture"
 )
 
 // TestPodmanInjectsAllocatedTTYs proves the CDI bridge with a real runtime:
-// generic-tty allocates two of this machine's real virtual consoles and
-// writes a transient spec to /var/run/cdi; podman (with runc) injects them
-// by name into a busybox container, which sees the right device numbers.
+// generic-tty allocates two ttys of a fixture host and writes a transient
+// spec; podman (with runc) injects them by name into a busybox container,
+// which sees the device numbers of the spec.
 //
-// It needs root, podman, runc and busybox-static (.ci/run installs them
-// from Debian when it can) and the host's virtual consoles; without them it
-// skips and says why.
+// Nothing of the live node is touched: the ttys are fixture nodes with the
+// numbers of /dev/null and /dev/zero, never a device the node's own store
+// could hold; the kind, the state dir and the spec dir are private; podman
+// keeps its storage, run and tmp dirs in a temporary directory and runs in
+// a private mount namespace whose /run (and /etc/cdi) is an empty tmpfs
+// with the spec dir bound at /run/cdi, the only place podman 4 reads
+// transient specs from; the container runs from a plain root directory
+// (no image store) under a cgroup parent of its own, removed afterwards.
+//
+// It needs root, podman, runc, busybox-static and unshare (.ci/run installs
+// them from Debian when it can); without them it skips and says why.
 func TestPodmanInjectsAllocatedTTYs(t *testing.T) {
-	for _, bin := range []string{"podman", "runc", "busybox"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s is not installed (apt-get install podman runc busybox-static)", bin)
+	pm := newPodman(t)
+	h := fixture.Host{TTYs: map[string]int{"tty": 16}}
+	n := newNode(t, h)
+	// tty13 and tty14 are handed out: make them harmless nodes.
+	for name, dev := range map[string]uint64{"tty13": unix.Mkdev(1, 3), "tty14": unix.Mkdev(1, 5)} {
+		p := filepath.Join(n.root, "dev", name)
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(p, unix.S_IFCHR|0o600, int(dev)); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run podman with the host's devices")
-	}
-	if _, err := os.Stat("/sys/class/tty/tty14/uevent"); err != nil {
-		t.Skip("this host has no virtual consoles tty13 and tty14 to hand out")
-	}
-	image := "localhost/cdi-exec-busybox:e2e"
-	if err := importBusybox(t, image); err != nil {
-		t.Skipf("cannot build a busybox image with podman import: %v", err)
-	}
-	// Can this machine run a container at all? If not, the environment is
-	// the problem, not the bridge.
-	if out, err := podman(60*time.Second, "run", "--rm", "--runtime", "runc", "--network", "none",
-		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", image, "/bin/true"); err != nil {
-		t.Skipf("podman cannot run a plain container here: %v\n%s", err, out)
-	}
-
-	state := t.TempDir()
 	id := fmt.Sprintf("e2e%d", os.Getpid())
-	conf := `{"cdiVersion":"0.0.2","name":"vt","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12,"cdi_spec":{"kind":"cdi-exec.test/tty"}}}`
-	env := []string{"CDI_HOST_ROOT=/", "CDI_STATE_DIR=" + state, "CDI_REQUEST_ID=" + id}
-	bin := filepath.Join(binDir, "generic-tty")
-	t.Cleanup(func() { runBin(t, bin, conf, append(env, "CDI_COMMAND=DEL")) })
+	kind := fmt.Sprintf("e2e%d.cdi-exec.test/tty", os.Getpid())
+	conf := `{"cdiVersion":"0.0.2","name":"vt","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12,` +
+		`"cdi_spec":{"kind":"` + kind + `","dir":"` + pm.specs + `"}}}`
+	t.Cleanup(func() { n.run("generic-tty", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID="+id) })
 
-	r := runBin(t, bin, conf, append(env, "CDI_COMMAND=ADD", "CDI_REQUEST=tty:2"))
+	r := n.run("generic-tty", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=tty:2", "CDI_REQUEST_ID="+id)
 	if r.status != 0 {
 		t.Fatalf("ADD: %s", r.stdout)
 	}
 	devices := r.devices(t)
-	name := "cdi-exec.test/tty=" + id
-	out, err := podman(60*time.Second, "run", "--rm", "--runtime", "runc", "--network", "none",
-		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
-		"--device", name, image, "/bin/stat", "-c", "%n %t:%T %F", devices[0], devices[1])
+	name := kind + "=" + id
+	out, err := pm.run("--device", name, "/bin/stat", "-c", "%n %t:%T %F", devices[0], devices[1])
 	if err != nil {
 		t.Fatalf("podman run --device %s: %v\n%s", name, err, out)
 	}
 	t.Logf("inside the container:\n%s", out)
-	var want []string
-	for _, d := range devices {
-		want = append(want, fmt.Sprintf("%s %s character special file", d, hexDev(t, d)))
-	}
-	if got := strings.TrimSpace(out); got != strings.Join(want, "\n") {
-		t.Fatalf("inside the container:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	want := fmt.Sprintf("%s 1:3 character special file\n%s 1:5 character special file", devices[0], devices[1])
+	if got := strings.TrimSpace(out); got != want {
+		t.Fatalf("inside the container:\n%s\nwant:\n%s", got, want)
 	}
 	// After DEL the name no longer resolves.
-	if r := runBin(t, bin, conf, append(env, "CDI_COMMAND=DEL")); r.status != 0 || r.stdout != "" {
+	if r := n.run("generic-tty", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID="+id); r.status != 0 || r.stdout != "" {
 		t.Fatalf("DEL: %s", r.stdout)
 	}
-	if out, err := podman(60*time.Second, "run", "--rm", "--runtime", "runc", "--network", "none",
-		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--device", name, image, "/bin/true"); err == nil {
+	if out, err := pm.run("--device", name, "/bin/true"); err == nil {
 		t.Fatalf("podman still resolves %s after DEL:\n%s", name, out)
 	}
 }
 
-// hexDev returns a node's major:minor as busybox stat prints them (%t:%T).
-func hexDev(t *testing.T, path string) string {
+// podmanEnv is a podman kept entirely in a temporary directory.
+type podmanEnv struct {
+	t      *testing.T
+	dir    string
+	specs  string // bound at /run/cdi inside podman's mount namespace
+	rootfs string // busybox
+	cgroup string // cgroup parent of the containers
+	env    []string
+}
+
+// newPodman sets up a private podman, or skips the test saying what this
+// machine lacks.
+func newPodman(t *testing.T) *podmanEnv {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/sys/class/tty", filepath.Base(path), "dev"))
+	for _, bin := range []string{"podman", "runc", "busybox", "unshare"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s is not installed (apt-get install podman runc busybox-static util-linux)", bin)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run podman and to make device nodes")
+	}
+	// A short directory: conmon's socket paths under it must fit in
+	// sun_path, or podman waits 20 s for every container's exit.
+	dir, err := os.MkdirTemp("", "cdi-pm-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var major, minor int
-	fmt.Sscanf(strings.TrimSpace(string(b)), "%d:%d", &major, &minor)
-	return fmt.Sprintf("%x:%x", major, minor)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	pm := &podmanEnv{t: t, dir: dir, specs: filepath.Join(dir, "cdi"), rootfs: filepath.Join(dir, "rootfs"),
+		cgroup: fmt.Sprintf("cdi-e2e-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	files := map[string]string{
+		"storage.conf": fmt.Sprintf("[storage]\ndriver = \"vfs\"\ngraphroot = %q\nrunroot = %q\n",
+			filepath.Join(dir, "root"), filepath.Join(dir, "runroot")),
+		"containers.conf": fmt.Sprintf("[engine]\ntmp_dir = %q\nvolume_path = %q\nevents_logger = \"none\"\ncgroup_manager = \"cgroupfs\"\n"+
+			"[network]\nnetwork_config_dir = %q\n", filepath.Join(dir, "tmp"), filepath.Join(dir, "volumes"), filepath.Join(dir, "net")),
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{pm.specs, filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := busyboxRoot(pm.rootfs); err != nil {
+		t.Skipf("cannot lay out a busybox root: %v", err)
+	}
+	pm.env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
+		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"), "TMPDIR="+filepath.Join(dir, "tmp"))
+	t.Cleanup(pm.removeCgroups)
+	// Can this machine run a container at all? If not, the environment is
+	// the problem, not the bridge.
+	if out, err := pm.run("/bin/true"); err != nil {
+		t.Skipf("podman cannot run a plain container here: %v\n%s", err, out)
+	}
+	return pm
 }
 
-func podman(timeout time.Duration, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+// privateRun is the shell that puts podman in its own mount namespace with
+// an empty /run (and /etc/cdi), and the spec dir ($0) at /run/cdi.
+const privateRun = `set -e
+mount -t tmpfs -o mode=0755 cdi-e2e /run
+mkdir /run/cdi
+mount --bind "$0" /run/cdi
+if [ -d /etc/cdi ]; then mount -t tmpfs -o mode=0755 cdi-e2e /etc/cdi; fi
+exec podman "$@"`
+
+// run runs a busybox container with args (podman run options, then the
+// command) and returns its combined output.
+func (pm *podmanEnv) run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "podman", args...).CombinedOutput()
+	argv := []string{"--mount", "--propagation", "private", "sh", "-c", privateRun, pm.specs,
+		"run", "--rm", "--runtime", "runc", "--network", "none", "--cgroup-parent", "/" + pm.cgroup,
+		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "--") {
+		i += 2 // an option and its value
+	}
+	// With --rootfs, the first argument is the root directory.
+	argv = append(append(append(argv, args[:i]...), "--rootfs", pm.rootfs), args[i:]...)
+	cmd := exec.CommandContext(ctx, "unshare", argv...)
+	cmd.Env = pm.env
+	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
-// importBusybox makes a one-binary image from busybox-static; no registry
-// is needed.
-func importBusybox(t *testing.T, image string) error {
-	dir := t.TempDir()
+// removeCgroups removes the cgroup parent podman made for the containers
+// (and conmon's below it) in every hierarchy.
+func (pm *podmanEnv) removeCgroups() {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", pm.cgroup))
+	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", pm.cgroup))
+	for _, d := range append(dirs, more...) {
+		subs, _ := filepath.Glob(filepath.Join(d, "*"))
+		for _, s := range subs {
+			if fi, err := os.Stat(s); err == nil && fi.IsDir() {
+				if err := os.Remove(s); err != nil {
+					pm.t.Errorf("removing cgroup %s: %v", s, err)
+				}
+			}
+		}
+		if err := os.Remove(d); err != nil {
+			pm.t.Errorf("removing cgroup %s: %v", d, err)
+		}
+	}
+}
+
+// busyboxRoot lays out a one-binary root directory from busybox-static.
+func busyboxRoot(dir string) error {
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		return err
 	}
@@ -120,10 +205,6 @@ func importBusybox(t *testing.T, image string) error {
 		if err := os.Symlink("busybox", filepath.Join(dir, "bin", c)); err != nil {
 			return err
 		}
-	}
-	cmd := exec.Command("sh", "-c", "tar -C "+dir+" -c . | podman import - "+image)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%v: %s", err, out)
 	}
 	return nil
 }

@@ -1,12 +1,17 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
@@ -23,6 +28,13 @@ func sriovHost() fixture.Host {
 // sriovNode is a node with the simulated kernel running.
 func sriovNode(t *testing.T, h fixture.Host) *ctlNode {
 	t.Helper()
+	n, _ := sriovKernel(t, h)
+	return n
+}
+
+// sriovKernel is sriovNode that also returns the simulated kernel.
+func sriovKernel(t *testing.T, h fixture.Host) (*ctlNode, *fixture.Kernel) {
+	t.Helper()
 	n := newCtlNode(t, h, nil)
 	k, err := fixture.StartKernel(n.root, h)
 	if err != nil {
@@ -34,7 +46,7 @@ func sriovNode(t *testing.T, h fixture.Host) *ctlNode {
 			t.Errorf("the kernel refused writes: %v", r)
 		}
 	})
-	return n
+	return n, k
 }
 
 func sriovConf(args string) string {
@@ -88,6 +100,18 @@ func TestSRIOVDelegateToDRM(t *testing.T) {
 	drm := n.records("drm")
 	if drm["a"] == nil || drm["a"].Devices()[0].Key != "0000:03:00.1" || len(drm["b"].Devices()) != 2 {
 		t.Fatalf("drm store: %+v", drm)
+	}
+	// DEVICES lists the VFs, usable (the delegate judges them), and who
+	// holds them.
+	var held []string
+	for _, d := range n.sriovDevices(conf) {
+		if !d.Usable {
+			t.Fatalf("VF %s unusable with a delegate: %s", d.Key, d.Reason)
+		}
+		held = append(held, d.Key+"="+d.HeldBy)
+	}
+	if strings.Join(held, " ") != "0000:03:00.1=a 0000:03:00.2=b 0000:03:00.3=b 0000:03:00.4=" {
+		t.Fatalf("DEVICES: %v", held)
 	}
 	// Replay answers from the record.
 	if r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=a"); strings.Join(r.devices(t), " ") != "/dev/dri/renderD160" {
@@ -143,6 +167,106 @@ func TestSRIOVVFIO(t *testing.T) {
 	}
 }
 
+// Without a delegate or vf_driver, only VFs bound to vfio-pci are handed
+// out, judged by their driver link: a VF left on i915 is not, even when a
+// /dev/vfio node of its group exists. DEVICES and cdictl say why.
+func TestSRIOVVFIOOnlyVFIOBound(t *testing.T) {
+	n := sriovNode(t, sriovHost())
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2}`)
+	if err := os.MkdirAll(filepath.Join(n.conf, "vgpu.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.conf, "vgpu.d/sriov.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Before the first ADD, DEVICES shows the PF and what ADD will do.
+	if d := n.sriovDevices(conf); len(d) != 1 || d[0].Key != "0000:03:00.0" || d[0].Usable || !strings.Contains(d[0].Reason, "next ADD creates 2") {
+		t.Fatalf("DEVICES before partitioning: %+v", d)
+	}
+	// The admin partitions the PF (autoprobe binds both VFs to i915), binds
+	// the second VF to vfio-pci, and the first VF's group has a node left.
+	n.partition("0000:03:00.0", 2)
+	n.bindVFIO("0000:03:00.2")
+	if err := os.WriteFile(filepath.Join(n.root, "dev/vfio/301"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	d := n.sriovDevices(conf)
+	if len(d) != 2 || d[0].Key != "0000:03:00.1" || d[0].Usable || d[0].Reason != "bound to i915, not vfio-pci (bind it to vfio-pci, or set vf_driver)" ||
+		d[1].Key != "0000:03:00.2" || !d[1].Usable || strings.Join(d[1].Nodes, " ") != "/dev/vfio/302" || d[1].VendorID != "0x8086" || d[1].DeviceID != "0x56c0" {
+		t.Fatalf("DEVICES: %+v", d)
+	}
+	if got := n.sriov(conf, "CDI_COMMAND=INFO").obj(t)["vgpu"]; got != float64(1) {
+		t.Fatalf("INFO = %v, want the one usable VF", got)
+	}
+	if r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:2", "CDI_REQUEST_ID=two"); r.code(t) != 103 {
+		t.Fatalf("ADD of 2 with one usable VF: %s", r.stdout)
+	}
+	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=one")
+	if r.status != 0 || strings.Join(r.devices(t), " ") != "/dev/vfio/302 /dev/vfio/vfio" {
+		t.Fatalf("ADD: %s", r.stdout)
+	}
+	// cdictl shows the reason and the holder.
+	out := n.ctl("devices", "-o", "table", "vgpu").stdout
+	if !strings.Contains(out, "unusable: bound to i915, not vfio-pci") || !strings.Contains(out, "held by one") {
+		t.Fatalf("cdictl devices:\n%s", out)
+	}
+}
+
+// sriovDevices runs DEVICES and decodes the inventory.
+func (n *ctlNode) sriovDevices(conf string) []protocol.DeviceInfo {
+	n.t.Helper()
+	r := n.sriov(conf, "CDI_COMMAND=DEVICES")
+	var out struct{ Devices []protocol.DeviceInfo }
+	if err := json.Unmarshal([]byte(r.stdout), &out); r.status != 0 || err != nil {
+		n.t.Fatalf("DEVICES: %d %s %v", r.status, r.stdout, err)
+	}
+	return out.Devices
+}
+
+// partition writes sriov_numvfs as an admin would and waits for the
+// simulated kernel to create the VFs.
+func (n *ctlNode) partition(pf string, vfs int) {
+	n.t.Helper()
+	dir := filepath.Join(n.root, "sys/bus/pci/devices", pf)
+	if err := os.WriteFile(filepath.Join(dir, "sriov_numvfs"), []byte(strconv.Itoa(vfs)), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	for k := range vfs {
+		n.await(func() bool {
+			_, err := os.Stat(filepath.Join(dir, fmt.Sprintf("virtfn%d", k), "driver"))
+			return err == nil
+		})
+	}
+}
+
+// bindVFIO binds a VF to vfio-pci through driver_override and
+// drivers_probe, as an admin would, and waits for the driver link.
+func (n *ctlNode) bindVFIO(vf string) {
+	n.t.Helper()
+	dir := filepath.Join(n.root, "sys/bus/pci/devices", vf)
+	if err := os.WriteFile(filepath.Join(dir, "driver_override"), []byte("vfio-pci"), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.root, "sys/bus/pci/drivers_probe"), []byte(vf), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	n.await(func() bool {
+		l, _ := os.Readlink(filepath.Join(dir, "driver"))
+		return filepath.Base(l) == "vfio-pci"
+	})
+}
+
+// await polls until ok, failing the test after 10 seconds: a simulated
+// kernel that never gets there is a broken fixture, not a slow machine.
+func (n *node) await(ok func() bool) {
+	n.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			n.t.Fatal("the simulated kernel did not get there in 10 s")
+		}
+	}
+}
+
 // A failing delegate fails the ADD with 108 carrying its error, and
 // nothing stays allocated.
 func TestSRIOVDelegateFailureRollsBack(t *testing.T) {
@@ -181,6 +305,30 @@ func TestSRIOVSetupTimeout(t *testing.T) {
 	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=t")
 	if r.status != 1 || r.code(t) != 107 || !strings.Contains(r.stdout, "sriov_numvfs") {
 		t.Fatalf("ADD: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+}
+
+// A VF whose removal never finishes keeps its virtfn link: re-partitioning
+// waits for exactly the new count of VFs, up to the setup timeout, then
+// fails with 107 naming the PF; it never writes the new count over a PF
+// that still has a VF (the kernel would refuse it with EBUSY).
+func TestSRIOVWaitsForExactVFs(t *testing.T) {
+	n, k := sriovKernel(t, sriovHost())
+	four := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":4,` + drmDelegate + `}`)
+	if r := n.sriov(four, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=a"); r.status != 0 {
+		t.Fatalf("ADD: %s", r.stdout)
+	}
+	if r := n.sriov(four, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=a"); r.status != 0 {
+		t.Fatalf("DEL: %s", r.stdout)
+	}
+	k.HoldVF("0000:03:00.0", 3)
+	two := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"setup_timeout":"500ms",` + drmDelegate + `}`)
+	r := n.sriov(two, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=b")
+	if r.status != 1 || r.code(t) != 107 || !strings.Contains(r.stdout, "exactly 0 VFs of 0000:03:00.0") {
+		t.Fatalf("ADD with virtfn3 stuck: %d %s", r.status, r.stdout)
+	}
+	if recs := n.records("sriov"); len(recs) != 0 {
+		t.Fatalf("records left: %v", recs)
 	}
 }
 

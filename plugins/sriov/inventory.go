@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/sysfs"
+)
+
+// vfState is what the plugin sees of one VF now.
+type vfState struct {
+	addr   string
+	numa   int
+	group  string // IOMMU group; "" when none
+	reason string // why it cannot be handed out; "" when it can
+}
+
+// vfStates lists a PF's current VFs in VF order, each judged.
+func (p *plugin) vfStates(f pf) []vfState {
+	var out []vfState
+	for _, addr := range sysfs.VFs(f.dir, f.total) {
+		s := vfState{addr: addr, numa: f.numa, reason: "its device directory is missing"}
+		if d, err := sysfs.OpenDir(p.host.PCIDir(addr)); err == nil {
+			if n := d.NUMA(); n >= 0 {
+				s.numa = n
+			}
+			s.group, s.reason = p.judge(d)
+			d.Close()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// wantDriver is the driver a VF must be bound to when it is handed out
+// without a delegate.
+func (p *plugin) wantDriver() string {
+	if p.vfDriver != "" {
+		return p.vfDriver
+	}
+	return "vfio-pci"
+}
+
+// judge returns a VF's IOMMU group and why it cannot be handed out ("" when
+// it can). A delegate judges its own devices. Without one a VF is handed
+// out as its VFIO group, so it must be bound to vfio-pci, as its driver
+// link says; with vf_driver set, ADD binds it first.
+func (p *plugin) judge(d *sysfs.Dir) (group, reason string) {
+	group = d.LinkBase("iommu_group")
+	switch drv := d.LinkBase("driver"); {
+	case p.delegate != nil:
+		return group, ""
+	case group == "":
+		return "", "no IOMMU group (is the IOMMU enabled?)"
+	case p.vfDriver != "":
+		return group, ""
+	case drv == "":
+		return group, "bound to no driver, not vfio-pci (bind it to vfio-pci, or set vf_driver)"
+	case drv != "vfio-pci":
+		return group, fmt.Sprintf("bound to %s, not vfio-pci (bind it to vfio-pci, or set vf_driver)", drv)
+	case p.groupNode(group) == "":
+		return group, fmt.Sprintf("bound to vfio-pci but /dev/vfio/%s does not exist", group)
+	}
+	return group, ""
+}
+
+// groupNode returns the container path of a VFIO group's node, or "".
+func (p *plugin) groupNode(group string) string {
+	for _, name := range []string{"vfio/" + group, "vfio/noiommu-" + group} {
+		if p.host.NodeExists(name) {
+			return "/dev/" + name
+		}
+	}
+	return ""
+}
+
+// inventory answers DEVICES: every VF of the selected PFs with whether it
+// can be handed out and why not, and each PF that has no VFs yet.
+func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+	pfs, err := p.pfs()
+	if err != nil {
+		return nil, err
+	}
+	var out []protocol.DeviceInfo
+	for _, f := range pfs {
+		vfs := p.vfStates(f)
+		f.dir.Close()
+		if len(vfs) == 0 {
+			out = append(out, p.info(f.addr, protocol.DeviceInfo{Nodes: []string{}, NUMA: f.numa,
+				Reason: fmt.Sprintf("a PF without VFs: the next ADD creates %d", min(p.numVFs, f.total))}))
+		}
+		for _, v := range vfs {
+			nodes := []string{}
+			if p.delegate == nil && v.group != "" {
+				nodes = append(nodes, "/dev/vfio/"+v.group)
+			}
+			out = append(out, p.info(v.addr, protocol.DeviceInfo{Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason}))
+		}
+	}
+	return out, nil
+}
+
+// info completes a PCI function's inventory entry with its key and ids.
+func (p *plugin) info(addr string, d protocol.DeviceInfo) protocol.DeviceInfo {
+	d.Key = addr
+	if dir, err := sysfs.OpenDir(p.host.PCIDir(addr)); err == nil {
+		d.VendorID, d.DeviceID = lowerAttr(dir, "vendor"), lowerAttr(dir, "device")
+		dir.Close()
+	}
+	return d
+}
