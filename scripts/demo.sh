@@ -2,7 +2,8 @@
 # Runs the plugins as a kubelet would, on the bundled fixture host
 # (demo/host.json), printing each command and its answer the way the spec's
 # examples do. Needs no network and no root: without root the fixture's /dev
-# entries are plain files instead of character devices.
+# entries are 0:0 character devices (Linux 5.8 and later lets anyone make
+# those), and sysfs says 0:0 to match.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,7 @@ go run ./test/fixture/mkhost -host demo/host.json -root "$work/host"
 export CDI_HOST_ROOT="$work/host" CDI_STATE_DIR="$work/state" CDI_CONF_DIR="$PWD/demo/conf" CDI_PATH="$PWD/bin"
 echo "Fixture host: $CDI_HOST_ROOT (from demo/host.json)"
 echo "State:        $CDI_STATE_DIR"
-[ "$(id -u)" = 0 ] || echo "Not root: /dev entries of the fixture are plain files, not device nodes."
+[ "$(id -u)" = 0 ] || echo "Not root: /dev entries of the fixture are 0:0 character devices, not the real numbers."
 
 # run PLUGIN CONF VAR=VALUE... : print the command line, the answer and the exit status.
 run() {

@@ -14,6 +14,7 @@ func commands() []*command {
 		lsCommand(),
 		gcCommand(),
 		topologyCommand(),
+		checkCommand(),
 	}
 }
 

@@ -3,6 +3,8 @@ package cdispec
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // FromArgs returns the cdi_spec member of a plugin config's args, parsed
@@ -13,7 +15,7 @@ func FromArgs(args json.RawMessage) (*Config, error) {
 		return nil, nil
 	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(args, &m); err != nil {
+	if err := protocol.DecodeStrict(args, &m); err != nil {
 		return nil, fmt.Errorf("args: %w", err)
 	}
 	raw, ok := m["cdi_spec"]

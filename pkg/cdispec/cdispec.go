@@ -16,7 +16,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/cdi-exec/plugins/pkg/protocol"
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -36,9 +38,7 @@ type Config struct {
 // rules.
 func Parse(raw json.RawMessage) (*Config, error) {
 	var c Config
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := protocol.DecodeStrict(raw, &c); err != nil {
 		return nil, fmt.Errorf("cdi_spec: %w", err)
 	}
 	vendor, class := parser.ParseQualifier(c.Kind)
@@ -170,7 +170,7 @@ func (c *Config) Write(o Owner, requestID string, nodes []Node) error {
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(c.Dir, ".tmp-"+c.prefix()+"*")
+	tmp, err := os.CreateTemp(c.Dir, c.tempPattern(o))
 	if err != nil {
 		return err
 	}
@@ -270,9 +270,22 @@ func (c *Config) Remove(o Owner, requestID string) error {
 	return err
 }
 
+// tempPattern is the os.CreateTemp pattern of the owner's temporary spec
+// files: hidden, named after the kind and the owner so that a sweep takes
+// only its own, and without the .json that runtimes look for.
+func (c *Config) tempPattern(o Owner) string {
+	return ".tmp-" + c.prefix() + "*" + strings.TrimSuffix(o.suffix(), ".json")
+}
+
+// staleTemp is how old a temporary spec file must be before Orphans
+// removes it as the litter of a killed writer: a write takes milliseconds
+// (docs/reliability.md).
+const staleTemp = 5 * time.Minute
+
 // Orphans lists the request-ids that have a spec of this kind owned by o
 // in the directory but for which held reports false. Other owners' files
-// are not looked at.
+// are not looked at. On the way it removes the owner's temporary files
+// that are older than staleTemp.
 func (c *Config) Orphans(o Owner, held func(id string) bool) ([]string, error) {
 	if err := o.valid(); err != nil {
 		return nil, err
@@ -282,7 +295,16 @@ func (c *Config) Orphans(o Owner, held func(id string) bool) ([]string, error) {
 		return nil, err
 	}
 	var out []string
+	prefix, suffix, _ := strings.Cut(c.tempPattern(o), "*")
+	cutoff := time.Now().Add(-staleTemp)
 	for _, name := range names {
+		if strings.HasPrefix(name, prefix) && strings.HasSuffix(name, suffix) {
+			p := filepath.Join(c.Dir, name)
+			if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.ModTime().Before(cutoff) {
+				_ = os.Remove(p)
+			}
+			continue
+		}
 		id, ok := strings.CutPrefix(name, c.prefix())
 		if !ok {
 			continue

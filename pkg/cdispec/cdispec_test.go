@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 )
@@ -171,6 +172,51 @@ func TestFromArgs(t *testing.T) {
 		}
 		if (err == nil) != tt.ok || kind != tt.kind {
 			t.Errorf("FromArgs(%s) = %+v, %v", tt.args, c, err)
+		}
+	}
+}
+
+// Orphans removes the owner's temporary spec files once they are stale,
+// and no other file: not a fresh one, not another owner's or another
+// kind's, not a directory. Write names its temporary files so.
+func TestOrphansSweepsStaleTemps(t *testing.T) {
+	c := &Config{Kind: "example.com/gpu", Dir: t.TempDir()}
+	o := Owner{Plugin: "drm", Store: "aa"}
+	if got, _ := filepath.Match(c.tempPattern(o), ".tmp-example.com-gpu_123_drm-aa"); !got {
+		t.Fatalf("pattern %q", c.tempPattern(o))
+	}
+	old := time.Now().Add(-time.Hour)
+	files := map[string]bool{ // name → still there afterwards
+		".tmp-example.com-gpu_123_drm-aa":   false,
+		".tmp-example.com-gpu_456_drm-aa":   true, // fresh: a writer may be busy with it
+		".tmp-example.com-gpu_789_drm-bb":   true, // another store's
+		".tmp-other.com-gpu_789_drm-aa":     true, // another kind's
+		"example.com-gpu_a_drm-aa.json":     true,
+		".tmp-example.com-gpu_dir_drm-aa/x": true, // a directory is not litter
+	}
+	for name := range files {
+		p := filepath.Join(c.Dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(name, "456") {
+			for _, q := range []string{p, filepath.Dir(p)} {
+				if err := os.Chtimes(q, old, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	ids, err := c.Orphans(o, func(string) bool { return true })
+	if err != nil || len(ids) != 0 {
+		t.Fatalf("%v %v", ids, err)
+	}
+	for name, want := range files {
+		if _, err := os.Stat(filepath.Join(c.Dir, name)); (err == nil) != want {
+			t.Errorf("%s: present %v, want %v", name, err == nil, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 	"github.com/cdi-exec/plugins/pkg/store"
@@ -70,6 +71,13 @@ func (a *adder) run(ctx context.Context, tx *store.Tx) error {
 	}
 	if rec == nil {
 		rec = &store.Record{ID: a.call.RequestID, Type: a.call.Config.Type}
+		// A spec for an id that holds nothing is stale (a DEL killed
+		// before removing it). Remove it before committing, so that an
+		// ADD killed before its own spec write leaves no spec at all,
+		// never one naming devices the id does not hold.
+		if a.pool.Spec != nil {
+			a.pool.removeSpec(a.call, cdispec.Owner{Plugin: a.pool.Name, Store: tx.ID()}, a.call.RequestID)
+		}
 	}
 	taken := map[string]bool{} // by earlier items of this request
 	free := func(key string) bool { return !taken[key] && tx.Holder(key) == "" }
@@ -171,7 +179,9 @@ func (a *adder) nodes(h answer) []string {
 	for _, d := range h.Devices {
 		nodes := d.Nodes
 		if now, ok := a.present[d.Key]; ok && !h.fresh {
-			nodes = now.nodes()
+			if resolved, err := now.nodes(); err == nil {
+				nodes = resolved
+			}
 		}
 		out = append(out, nodes...)
 	}

@@ -58,18 +58,17 @@ func byCount(locality []int, strict bool, dist func() alloc.Distances) picker {
 
 // allocate chooses the devices of one request item and sets them up: the
 // Handout hook when the plugin has one, else each device's own nodes,
-// resolved now. It returns the allocation to record.
+// resolved and checked now. It returns the allocation to record.
 func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, free func(string) bool) (store.Allocation, error) {
+	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
+	if a.pool.Handout == nil {
+		var err error
+		al.Devices, err = a.resolved(ctx, item, devs, free)
+		return al, err
+	}
 	chosen, err := a.pick(item, devs, free)
 	if err != nil {
 		return store.Allocation{}, err
-	}
-	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
-	if a.pool.Handout == nil {
-		for _, d := range chosen {
-			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.nodes(), NUMA: a.pool.numa(ctx, a.call, d)})
-		}
-		return al, nil
 	}
 	h, err := a.pool.Handout(ctx, a.call, item, chosen)
 	if err != nil {
@@ -83,4 +82,32 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, fre
 		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: a.pool.numa(ctx, a.call, d)})
 	}
 	return al, nil
+}
+
+// resolved chooses the devices of one item and resolves their nodes. A
+// chosen device whose node fails its check (Device.Resolve) is left out and
+// the choice made again, so a node is handed out only after it was checked
+// live (docs/protocol.md#device-nodes).
+func (a *adder) resolved(ctx context.Context, item abnf.Item, devs []Device, free func(string) bool) ([]store.Device, error) {
+	bad := map[string]bool{}
+	usable := func(key string) bool { return !bad[key] && free(key) }
+	for {
+		chosen, err := a.pick(item, devs, usable)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]store.Device, 0, len(chosen))
+		for _, d := range chosen {
+			nodes, err := d.nodes()
+			if err != nil {
+				a.call.Warnf("not handing out %s: %v", d.Key, err)
+				bad[d.Key] = true
+				continue
+			}
+			out = append(out, store.Device{Key: d.Key, Nodes: nodes, NUMA: a.pool.numa(ctx, a.call, d)})
+		}
+		if len(out) == len(chosen) {
+			return out, nil
+		}
+	}
 }

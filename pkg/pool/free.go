@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
@@ -13,7 +12,11 @@ import (
 
 // Del frees everything the request-id holds, in one transaction.
 func (p Pool) Del(ctx context.Context, c *skel.Call) error {
-	if !p.stored(c) {
+	stored, err := p.stored(c)
+	if err != nil {
+		return err
+	}
+	if !stored {
 		// No store, so no spec file is ours.
 		return protocol.NewError(protocol.CodeUnknownRequestID, "")
 	}
@@ -50,7 +53,11 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 // left for the next GC and said so in the answer's errors.
 func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
 	res := &skel.GCResult{Freed: []string{}}
-	if !p.stored(c) {
+	stored, err := p.stored(c)
+	if err != nil {
+		return nil, err
+	}
+	if !stored {
 		return res, nil
 	}
 	st, hold, _, done, err := p.lock(ctx, c)
@@ -107,9 +114,13 @@ func (p Pool) teardown(ctx context.Context, c *skel.Call, rec *store.Record) err
 	return p.Teardown(ctx, c, rec)
 }
 
-// stored reports whether the plugin's store file exists. DEL and GC on a
-// node without one answer without creating it.
-func (p Pool) stored(c *skel.Call) bool {
-	_, err := os.Stat(store.Path(c.Env.StateDir, p.Name))
-	return !errors.Is(err, os.ErrNotExist)
+// stored reports whether the plugin's store file exists, after checking
+// its location as Open would (store.Probe). DEL and GC on a node without
+// one answer without creating it.
+func (p Pool) stored(c *skel.Call) (bool, error) {
+	ok, err := store.Probe(store.Path(c.Env.StateDir, p.Name))
+	if err != nil {
+		return false, storeError(err)
+	}
+	return ok, nil
 }

@@ -35,9 +35,11 @@ type Device struct {
 	NUMA  int      // NUMA node or alloc.Unknown
 	Nodes []string // container-facing device node paths, in handout order
 	// Resolve, when set, returns the final node paths of a device that is
-	// being handed out; discovery checks nodes by their conventional names
-	// and leaves the per-device reads to the few devices chosen.
-	Resolve func() []string
+	// being handed out, each checked to be the device sysfs describes;
+	// discovery checks nodes by their conventional names and leaves the
+	// per-device reads to the few devices chosen. An error means the
+	// device must not be handed out.
+	Resolve func() ([]string, error)
 	// Dir is the device's sysfs directory on the host, when discovery
 	// has it, for Pool.Place.
 	Dir string
@@ -48,11 +50,11 @@ type Device struct {
 }
 
 // nodes returns the device's final node paths.
-func (d Device) nodes() []string {
+func (d Device) nodes() ([]string, error) {
 	if d.Resolve != nil {
 		return d.Resolve()
 	}
-	return d.Nodes
+	return d.Nodes, nil
 }
 
 // Pool runs the exclusive-allocation commands for one plugin. It implements
@@ -143,8 +145,13 @@ func StrictNUMA(policy string) (bool, error) {
 	return false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy)
 }
 
-// Info counts the usable devices: the node's allocatable capacity.
+// Info counts the usable devices: the node's allocatable capacity. It does
+// not open the store, but refuses, as ADD would, a store location that is
+// unsafe or an empty store file (store.Probe).
 func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
+	if _, err := store.Probe(store.Path(c.Env.StateDir, p.Name)); err != nil {
+		return nil, storeError(err)
+	}
 	devs, err := p.discover(ctx, c, Scan{})
 	if err != nil {
 		return nil, err
@@ -231,6 +238,8 @@ func storeError(err error) error {
 		return protocol.Errorf(protocol.CodeStore, "another invocation holds the allocation store; try again: %w", err)
 	case errors.Is(err, store.ErrCorrupt):
 		return protocol.Errorf(protocol.CodeStore, "the allocation store cannot be read and was left untouched for inspection: %w", err)
+	case errors.Is(err, store.ErrUnsafe):
+		return protocol.Errorf(protocol.CodeStore, "the allocation store's location is refused: %w", err)
 	}
 	return protocol.Errorf(protocol.CodeStore, "%w", err)
 }

@@ -60,7 +60,7 @@ func (h *host) discover(_ context.Context, _ *skel.Call, scan Scan) ([]Device, e
 			continue
 		}
 		if n, ok := h.names[d.Key]; ok {
-			d.Resolve = func() []string { return n }
+			d.Resolve = func() ([]string, error) { return n, nil }
 		}
 		out = append(out, d)
 	}
@@ -678,6 +678,13 @@ func TestArgs(t *testing.T) {
 		{`{"k":1,"cdi_spec":{"kind":"example.com/gpu","dir":"rel"}}`, false, ""},
 		{`{"kk":1,"cdi_spec":{"kind":"example.com/gpu"}}`, false, ""},
 		{`{"k":"cdi_spec"}`, false, ""},
+		// Names match exactly, once (protocol.DecodeStrict).
+		{`{"k":1,"cdi_spec":{"Kind":"example.com/gpu"}}`, false, ""},
+		{`{"k":1,"cdi_spec":{"kind":"example.com/gpu","DIR":"/x"}}`, false, ""},
+		{`{"k":1,"cdi_spec":{"kind":"example.com/gpu"},"cdi_spec":{"kind":"example.com/tty"}}`, false, ""},
+		{`{"k":1,"CDI_SPEC":{"kind":"example.com/gpu"}}`, false, ""},
+		{`{"k":1,"K":2,"cdi_spec":{"kind":"example.com/gpu"}}`, false, ""},
+		{`{"k":1,"k":2,"cdi_spec":{"kind":"example.com/gpu"}}`, false, ""},
 	}
 	for _, tt := range tests {
 		spec, err := Args(protocol.Config{Args: []byte(tt.args)}, &a)

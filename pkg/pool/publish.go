@@ -82,10 +82,14 @@ func (p Pool) removeOrphans(st *store.Store, c *skel.Call) {
 // unpublish removes the store's own spec file of a request, if specs are
 // published.
 func (p Pool) unpublish(st *store.Store, c *skel.Call, id string) {
-	if p.Spec == nil {
-		return
+	if p.Spec != nil {
+		p.removeSpec(c, p.owner(st), id)
 	}
-	if err := p.Spec.Remove(p.owner(st), id); err != nil {
+}
+
+// removeSpec removes o's spec file of a request; specs are published.
+func (p Pool) removeSpec(c *skel.Call, o cdispec.Owner, id string) {
+	if err := p.Spec.Remove(o, id); err != nil {
 		c.Warnf("removing CDI spec: %v", err)
 	}
 }

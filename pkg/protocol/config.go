@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
@@ -33,6 +34,9 @@ var (
 // object. It does not check the version (callers and plugins differ in
 // what they do with one they do not support).
 func ParseConfig(b []byte) (Config, error) {
+	if err := CheckMembers(b, reflect.TypeFor[Config]()); err != nil {
+		return Config{}, err
+	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil || raw == nil {
 		if len(bytes.TrimSpace(b)) == 0 {
@@ -81,14 +85,13 @@ func ValidPluginName(name string) error {
 	return nil
 }
 
-// DecodeArgs decodes the config's args into dst strictly: an unknown field
-// is an error that names it, so a typo never silently widens what a plugin
+// DecodeArgs decodes the config's args into dst strictly (DecodeStrict): an
+// unknown field, a field spelled in another case and a field given twice
+// are errors that name it, so a typo never silently widens what a plugin
 // hands out. Absent args leave dst unchanged.
 func (c Config) DecodeArgs(dst any) error {
 	if len(c.Args) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(c.Args))
-	dec.DisallowUnknownFields()
-	return dec.Decode(dst)
+	return DecodeStrict(c.Args, dst)
 }

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -67,27 +68,46 @@ func ReadEnv(getenv func(string) string) (Env, error) {
 	}
 	t, err := ParseTimeout(v)
 	if err != nil {
-		return e, fmt.Errorf("ignoring %s: %w", EnvLockTimeout, err)
+		return e, fmt.Errorf("ignoring %s: %w; waiting at most %v", EnvLockTimeout, err, DefaultLockTimeout)
 	}
 	e.LockTimeout = t
 	return e, nil
 }
 
-// ParseTimeout parses a duration given either in Go syntax ("1.5s", "500ms")
-// or as plain seconds ("10").
+// CheckRoots refuses a relative host root (code 101, the node's
+// configuration) or state directory (code 106, the store is unavailable):
+// a plugin's working directory is whatever its caller's was, so a relative
+// path would silently point somewhere else
+// (docs/protocol.md#environment-variables).
+func (e Env) CheckRoots() error {
+	if !filepath.IsAbs(e.HostRoot) {
+		return Errorf(CodeInvalidConfig, "%s %q is not an absolute path", EnvHostRoot, e.HostRoot)
+	}
+	if !filepath.IsAbs(e.StateDir) {
+		return Errorf(CodeStore, "%s %q is not an absolute path", EnvStateDir, e.StateDir)
+	}
+	return nil
+}
+
+// ParseTimeout parses a duration given either in Go syntax ("1.5s",
+// "500ms") or as plain seconds ("10"). Anything that is not a duration from
+// 1ns to 24h once parsed is an error: NaN, infinities, zero, negative
+// values, and values so small that they round to zero (1e-10).
 func ParseTimeout(s string) (time.Duration, error) {
+	var t time.Duration
 	if n, err := strconv.ParseFloat(s, 64); err == nil {
-		if n <= 0 || n > 24*3600 {
-			return 0, fmt.Errorf("%q out of range", s)
+		if !(n > 0 && n <= maxTimeout.Seconds()) { // false for NaN too
+			return 0, fmt.Errorf("%q is not between 1ns and %v", s, maxTimeout)
 		}
-		return time.Duration(n * float64(time.Second)), nil
+		t = time.Duration(n * float64(time.Second))
+	} else if t, err = time.ParseDuration(s); err != nil {
+		return 0, fmt.Errorf("%q is not a duration", s)
 	}
-	t, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q", s)
-	}
-	if t <= 0 {
-		return 0, fmt.Errorf("%q is not positive", s)
+	if t <= 0 || t > maxTimeout {
+		return 0, fmt.Errorf("%q is not between 1ns and %v", s, maxTimeout)
 	}
 	return t, nil
 }
+
+// maxTimeout bounds what ParseTimeout accepts.
+const maxTimeout = 24 * time.Hour

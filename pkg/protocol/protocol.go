@@ -20,7 +20,7 @@ func SupportedVersions() []string { return []string{"0.0.1", "0.0.2"} }
 func Supported(v string) bool { return slices.Contains(SupportedVersions(), v) }
 
 // Commands, the values of CDI_COMMAND. Plugins match them
-// case-insensitively.
+// ASCII case-insensitively (Command).
 const (
 	CmdVersion = "VERSION"
 	CmdInfo    = "INFO"
@@ -29,3 +29,16 @@ const (
 	CmdGC      = "GC"      // extension, docs/protocol.md#extension-gc
 	CmdDevices = "DEVICES" // extension, docs/protocol.md#extension-devices
 )
+
+// Command normalises a CDI_COMMAND value for matching: ASCII letters are
+// upper-cased and nothing else is changed. strings.ToUpper would map
+// "ınfo" (dotless i) to INFO and "verſion" (long s) to VERSION.
+func Command(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -41,7 +40,7 @@ func (d Dispatcher) Run(ctx context.Context, about About) int {
 		fmt.Fprint(d.Stderr, usage(about))
 		return 1
 	}
-	cmd := strings.ToUpper(d.Getenv(protocol.EnvCommand))
+	cmd := protocol.Command(d.Getenv(protocol.EnvCommand))
 	if cmd == protocol.CmdVersion {
 		return d.print(0, []protocol.Field{
 			{Key: "cdiVersion", Value: protocol.Latest},
@@ -83,6 +82,9 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]protocol.F
 		c.Warnf("%v", err)
 	}
 	c.Env = env
+	if err := env.CheckRoots(); err != nil {
+		return nil, err
+	}
 	plugin, err := d.start(about, c)
 	if err != nil {
 		return nil, err

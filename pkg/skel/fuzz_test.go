@@ -31,7 +31,13 @@ func FuzzDispatcher(f *testing.F) {
 		p := fake{info: map[string]int{"gpu": 1}, add: &AddResult{Devices: []string{"/dev/x"}}}
 		status := d.Run(context.Background(), About{New: func(c *Call) (Plugin, error) { return p, c.Config.DecodeArgs(&struct{}{}) }})
 
-		upper := strings.ToUpper(cmd)
+		// ASCII case only: "verſion" is not VERSION.
+		upper := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' {
+				return r - 'a' + 'A'
+			}
+			return r
+		}, cmd)
 		if out.Len() == 0 {
 			if status != 0 {
 				t.Fatalf("status %d with no output", status)

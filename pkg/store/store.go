@@ -8,40 +8,39 @@
 package store
 
 import (
-	"crypto/rand"
-	"encoding/hex"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
+	"slices"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Schema is the version of the on-disk layout this package writes.
-const Schema = 1
-
-var (
-	bucketMeta     = []byte("meta")
-	bucketRequests = []byte("requests")
-	bucketDevices  = []byte("devices")
-	keySchema      = []byte("schema")
-	keyID          = []byte("id")
-)
+const Schema = 2
 
 // Errors callers act on. They are wrapped with the path and cause.
 var (
 	// ErrBusy means another invocation held the lock for the whole wait.
 	ErrBusy = errors.New("allocation store is locked by another invocation")
-	// ErrCorrupt means the file cannot be read as a store. It is never
-	// overwritten; an operator has to look at it.
+	// ErrCorrupt means the file cannot be read as a store, or what it
+	// holds fails its checksums. It is never overwritten; an operator has
+	// to look at it.
 	ErrCorrupt = errors.New("allocation store is corrupt")
+	// ErrUnsafe means the store or its directory is a symbolic link, is
+	// owned by another user, or may be written by others. Nothing is
+	// read or written there.
+	ErrUnsafe = errors.New("allocation store location is unsafe")
 	// ErrNotExist means a read-only open found no file.
 	ErrNotExist = errors.New("allocation store does not exist")
 )
@@ -124,26 +123,34 @@ func Path(stateDir, plugin string) string {
 	return filepath.Join(stateDir, plugin+".db")
 }
 
-// Open opens or creates the store at path, creating its directory 0700 and
-// the file 0600.
+// Open opens the store at path, an absolute path, creating its directory
+// 0700 and the file 0600 unless opt.ReadOnly. Neither may be a symbolic
+// link, belong to another user or be writable by others (ErrUnsafe). An
+// empty file is damage (ErrCorrupt), never initialised. A write open also
+// removes stale temporary files that killed processes left beside the
+// store.
 func Open(path string, opt Options) (s *Store, err error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 10 * time.Second
 	}
-	if opt.ReadOnly {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
-		}
-	} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("creating state directory: %w", err)
+	d, err := openDir(path, !opt.ReadOnly)
+	if err != nil {
+		return nil, err
 	}
-	fi, statErr := os.Stat(path)
+	defer d.close()
+	base := filepath.Base(path)
+	_, exists, err := d.stat(base)
 	switch {
-	case statErr == nil && !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%s is not a regular file: %w", path, ErrCorrupt)
-	case errors.Is(statErr, os.ErrNotExist) && !opt.ReadOnly:
-		if err := create(path); err != nil {
-			return nil, err
+	case err != nil:
+		return nil, err
+	case !exists && opt.ReadOnly:
+		return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
+	case !opt.ReadOnly:
+		d.sweep(base)
+		if !exists {
+			if err := d.create(base); err != nil {
+				return nil, fmt.Errorf("creating %s: %w", path, err)
+			}
 		}
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -152,44 +159,81 @@ func Open(path string, opt Options) (s *Store, err error) {
 		Timeout:      opt.Timeout,
 		ReadOnly:     opt.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
+		OpenFile:     d.openFile(base, opt.Timeout),
 	})
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%s: %w (waited %v for its lock)", path, ErrBusy, opt.Timeout)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
-		errors.Is(err, berrors.ErrVersionMismatch):
-		return nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
-	case err != nil && isFormatError(err):
-		return nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
-	case err != nil:
-		return nil, fmt.Errorf("opening %s: %w", path, err)
+	if err != nil {
+		return nil, openError(path, opt, err)
 	}
 	return &Store{db: db, path: path}, nil
 }
 
-// create makes a new, initialised store file at path atomically: it is
-// built under a temporary name and linked into place, so a crash or a full
-// disk never leaves a half-initialised file that later opens would have to
-// call corrupt. If another process created the file first, its file wins.
-func create(path string) error {
-	tmp := fmt.Sprintf("%s.new-%d", path, os.Getpid())
-	_ = os.Remove(tmp)
-	defer os.Remove(tmp)
-	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
-	if err != nil {
-		return fmt.Errorf("creating %s: %w", path, err)
+// openError maps bbolt's open errors to this package's.
+func openError(path string, opt Options, err error) error {
+	switch {
+	case errors.Is(err, ErrUnsafe), errors.Is(err, ErrCorrupt), errors.Is(err, ErrNotExist), errors.Is(err, ErrBusy):
+		return err
+	case errors.Is(err, berrors.ErrTimeout):
+		return fmt.Errorf("%s: %w (waited %v for its lock)", path, ErrBusy, opt.Timeout)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
+		errors.Is(err, berrors.ErrVersionMismatch), isFormatError(err):
+		return fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
 	}
-	err = db.Update(func(btx *bolt.Tx) error { return (&Tx{tx: btx, path: path}).init() })
+	return fmt.Errorf("opening %s: %w", path, err)
+}
+
+// Probe checks, without opening or locking it, what Open would check
+// first: the directory and the file are safe, and the file, if there is
+// one, is not empty. It reports whether the file exists. It is cheap
+// enough for INFO, which does not otherwise read the store, and lets DEL
+// and GC tell "nothing recorded" from "refused" without creating a store.
+func Probe(path string) (bool, error) {
+	d, err := openDir(path, false)
+	if errors.Is(err, ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer d.close()
+	_, exists, err := d.stat(filepath.Base(path))
+	return exists, err
+}
+
+// create makes a new, initialised store file atomically: it is built in a
+// temporary file of its own and linked into place, so a crash or a full disk
+// never leaves a half-initialised file that later opens would have to call
+// corrupt. The link never replaces anything: if another process linked its
+// store first, that one is used.
+func (d *dir) create(base string) error {
+	tmp := fmt.Sprintf("%s%d-%d", tempPrefix(base), os.Getpid(), time.Now().UnixNano())
+	fd, err := unix.Openat(d.fd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: filepath.Join(d.path, tmp), Err: err}
+	}
+	defer unix.Unlinkat(d.fd, tmp, 0)
+	name := filepath.Join(d.path, tmp)
+	db, err := bolt.Open(name, 0o600, &bolt.Options{
+		Timeout:      time.Second,
+		FreelistType: bolt.FreelistMapType,
+		OpenFile: func(string, int, os.FileMode) (*os.File, error) {
+			return os.NewFile(uintptr(fd), name), nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	err = db.Update(initialise)
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("creating %s: %w", path, err)
+		return err
 	}
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("creating %s: %w", path, err)
+	err = unix.Linkat(d.fd, tmp, d.fd, base, 0)
+	if err != nil && err != unix.EEXIST {
+		return &os.PathError{Op: "link", Path: filepath.Join(d.path, base), Err: err}
 	}
-	return nil
+	return unix.Fsync(d.fd)
 }
 
 // isFormatError reports errors bbolt returns for files that are not a
@@ -213,139 +257,111 @@ func guard(path string, err *error) {
 func (s *Store) Close() error { return s.db.Close() }
 
 // Update runs fn in one read-write transaction, committed only if fn
-// returns nil.
+// returns nil. The store is read and verified in full first; a schema 1
+// store is upgraded in the same transaction.
 func (s *Store) Update(fn func(*Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer guard(s.path, &err)
 	return s.db.Update(func(btx *bolt.Tx) error {
-		tx := &Tx{tx: btx, path: s.path}
-		if err := tx.init(); err != nil {
+		tx, err := s.begin(btx)
+		if err != nil {
 			return err
 		}
-		return fn(tx)
+		if tx.v.schema < Schema {
+			if err := migrate(btx, tx.v); err != nil {
+				return err
+			}
+		}
+		if err := ensureID(btx); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.flush()
 	})
 }
 
-// View runs fn in a read-only transaction.
+// View runs fn in a read-only transaction, after the store was read and
+// verified in full.
 func (s *Store) View(fn func(*Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer guard(s.path, &err)
 	return s.db.View(func(btx *bolt.Tx) error {
-		tx := &Tx{tx: btx, path: s.path}
-		if err := tx.checkSchema(); err != nil {
+		tx, err := s.begin(btx)
+		if err != nil {
 			return err
 		}
 		return fn(tx)
 	})
 }
 
+// begin loads and verifies the store for a transaction; the first problem
+// found makes it ErrCorrupt.
+func (s *Store) begin(btx *bolt.Tx) (*Tx, error) {
+	var problems []string
+	v, err := load(btx, func(_ byte, p string) { problems = append(problems, p) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	if len(problems) > 0 {
+		more := ""
+		if len(problems) > 1 {
+			more = fmt.Sprintf(" (and %d more problems; cdictl check lists them)", len(problems)-1)
+		}
+		return nil, fmt.Errorf("%s: %w: %s%s", s.path, ErrCorrupt, problems[0], more)
+	}
+	return &Tx{tx: btx, path: s.path, v: v}, nil
+}
+
 // Tx is a transaction on the store.
 type Tx struct {
-	tx   *bolt.Tx
-	path string
-}
-
-// init creates the buckets on first use and checks the schema version.
-func (t *Tx) init() error {
-	if t.tx.Bucket(bucketMeta) == nil {
-		meta, err := t.tx.CreateBucket(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
-			return err
-		}
-		for _, b := range [][]byte{bucketRequests, bucketDevices} {
-			if _, err := t.tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-	} else if err := t.checkSchema(); err != nil {
-		return err
-	}
-	return t.ensureID()
-}
-
-// ensureID gives the store its identity on its first write: random, so
-// that stores sharing a CDI spec directory can tell their files apart.
-func (t *Tx) ensureID() error {
-	meta := t.tx.Bucket(bucketMeta)
-	if meta.Get(keyID) != nil {
-		return nil
-	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return err
-	}
-	return meta.Put(keyID, []byte(hex.EncodeToString(b[:])))
-}
-
-// ID returns the store's identity, lower-case hex; "" in a read-only
-// transaction of a store no write has touched yet.
-func (t *Tx) ID() string {
-	if meta := t.tx.Bucket(bucketMeta); meta != nil {
-		return string(meta.Get(keyID))
-	}
-	return ""
-}
-
-func (t *Tx) checkSchema() error {
-	meta := t.tx.Bucket(bucketMeta)
-	if meta == nil {
-		return nil // a fresh store: nothing recorded yet
-	}
-	v, err := strconv.Atoi(string(meta.Get(keySchema)))
-	switch {
-	case err != nil:
-		return fmt.Errorf("%s: %w: schema version %q", t.path, ErrCorrupt, meta.Get(keySchema))
-	case v > Schema:
-		return fmt.Errorf("%s: written by a newer version (schema %d, this binary knows %d)", t.path, v, Schema)
-	}
-	if t.tx.Bucket(bucketRequests) == nil || t.tx.Bucket(bucketDevices) == nil {
-		return fmt.Errorf("%s: %w: missing buckets", t.path, ErrCorrupt)
-	}
-	return nil
+	tx    *bolt.Tx
+	path  string
+	v     *view
+	dirty bool
 }
 
 // Get returns the record of id, or nil when id holds nothing.
 func (t *Tx) Get(id string) (*Record, error) {
-	b := t.tx.Bucket(bucketRequests)
-	if b == nil {
+	p, ok := t.v.recs[id]
+	if !ok {
 		return nil, nil
 	}
-	v := b.Get([]byte(id))
-	if v == nil {
-		return nil, nil
+	r, err := decode(id, p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.path, err)
 	}
-	return t.decode(id, v)
+	return r, nil
 }
 
-func (t *Tx) decode(id string, v []byte) (*Record, error) {
+// decode parses the record stored under id.
+func decode(id string, p []byte) (*Record, error) {
 	var r Record
-	if err := json.Unmarshal(v, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w: record %q: %v", t.path, ErrCorrupt, id, err)
+	if err := json.Unmarshal(p, &r); err != nil {
+		return nil, fmt.Errorf("%w: record %q: %v", ErrCorrupt, id, err)
+	}
+	if r.ID != id {
+		return nil, fmt.Errorf("%w: record %q is stored under %q", ErrCorrupt, r.ID, id)
 	}
 	return &r, nil
 }
 
+// ID returns the store's identity, lower-case hex; "" in a read-only
+// transaction of a store that no write of this version has touched yet.
+func (t *Tx) ID() string { return string(t.tx.Bucket(bucketMeta).Get(keyID)) }
+
 // Holder returns the request-id holding the device key, or "".
-func (t *Tx) Holder(key string) string {
-	b := t.tx.Bucket(bucketDevices)
-	if b == nil {
-		return ""
-	}
-	return string(b.Get([]byte(key)))
-}
+func (t *Tx) Holder(key string) string { return t.v.devs[key] }
 
 // Put writes the record and indexes its devices. A device already held by
 // another request-id is refused, so the store can never double-book.
 func (t *Tx) Put(r *Record) error {
-	req, dev := t.tx.Bucket(bucketRequests), t.tx.Bucket(bucketDevices)
 	for _, d := range r.Devices() {
-		if h := string(dev.Get([]byte(d.Key))); h != "" && h != r.ID {
+		if h := t.v.devs[d.Key]; h != "" && h != r.ID {
 			return fmt.Errorf("device %s is already held by request %q", d.Key, h)
 		}
-		if err := dev.Put([]byte(d.Key), []byte(r.ID)); err != nil {
+		if err := t.put(tagDevices, d.Key, []byte(r.ID)); err != nil {
 			return err
 		}
 	}
@@ -353,7 +369,71 @@ func (t *Tx) Put(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return req.Put([]byte(r.ID), v)
+	return t.put(tagRequests, r.ID, v)
+}
+
+// put writes one sealed entry and keeps the view and its tally current.
+func (t *Tx) put(tag byte, key string, payload []byte) error {
+	i, b := t.bucket(tag)
+	if old, ok := t.old(tag, key); ok {
+		t.v.tally[i].remove(checksum(tag, []byte(key), old))
+	}
+	v := seal(tag, []byte(key), payload)
+	if err := b.Put([]byte(key), v); err != nil {
+		return err
+	}
+	t.v.tally[i].add(binary.BigEndian.Uint64(v))
+	if tag == tagRequests {
+		t.v.recs[key] = payload
+	} else {
+		t.v.devs[key] = string(payload)
+	}
+	t.dirty = true
+	return nil
+}
+
+// del removes one entry, if present.
+func (t *Tx) del(tag byte, key string) error {
+	i, b := t.bucket(tag)
+	old, ok := t.old(tag, key)
+	if !ok {
+		return nil
+	}
+	if err := b.Delete([]byte(key)); err != nil {
+		return err
+	}
+	t.v.tally[i].remove(checksum(tag, []byte(key), old))
+	if tag == tagRequests {
+		delete(t.v.recs, key)
+	} else {
+		delete(t.v.devs, key)
+	}
+	t.dirty = true
+	return nil
+}
+
+func (t *Tx) bucket(tag byte) (int, *bolt.Bucket) {
+	if tag == tagRequests {
+		return 0, t.tx.Bucket(bucketRequests)
+	}
+	return 1, t.tx.Bucket(bucketDevices)
+}
+
+func (t *Tx) old(tag byte, key string) ([]byte, bool) {
+	if tag == tagRequests {
+		p, ok := t.v.recs[key]
+		return p, ok
+	}
+	id, ok := t.v.devs[key]
+	return []byte(id), ok
+}
+
+// flush writes the digest of a changed store.
+func (t *Tx) flush() error {
+	if !t.dirty {
+		return nil
+	}
+	return t.tx.Bucket(bucketMeta).Put(keyDigest, t.v.tally.encode())
 }
 
 // Delete removes the record of id and frees its devices. It returns the
@@ -363,15 +443,14 @@ func (t *Tx) Delete(id string) (*Record, error) {
 	if r == nil || err != nil {
 		return nil, err
 	}
-	dev := t.tx.Bucket(bucketDevices)
 	for _, d := range r.Devices() {
-		if string(dev.Get([]byte(d.Key))) == id {
-			if err := dev.Delete([]byte(d.Key)); err != nil {
+		if t.v.devs[d.Key] == id {
+			if err := t.del(tagDevices, d.Key); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return r, t.tx.Bucket(bucketRequests).Delete([]byte(id))
+	return r, t.del(tagRequests, id)
 }
 
 // Replace rewrites the record of r.ID as r, freeing devices it no longer
@@ -388,47 +467,51 @@ func (t *Tx) Replace(r *Record) error {
 
 // ForEach calls fn for every record, in request-id order.
 func (t *Tx) ForEach(fn func(*Record) error) error {
-	b := t.tx.Bucket(bucketRequests)
-	if b == nil {
-		return nil
-	}
-	return b.ForEach(func(k, v []byte) error {
-		r, err := t.decode(string(k), v)
+	for _, id := range slices.Sorted(maps.Keys(t.v.recs)) {
+		r, err := t.Get(id)
 		if err != nil {
 			return err
 		}
-		return fn(r)
-	})
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Check verifies the index against the records: every recorded device is
-// indexed to its request-id and every index entry points at a record that
-// holds the device. It returns the problems found.
+// indexed to its request-id, every index entry points at a record that
+// holds the device, and no device is recorded under two request-ids. It
+// returns the problems found.
 func (t *Tx) Check() []string {
 	var problems []string
+	t.check(func(_ byte, p string) { problems = append(problems, p) })
+	return problems
+}
+
+// check reports Check's problems: those of the index alone with
+// tagDevices, those of the records with tagRequests.
+func (t *Tx) check(report reporter) {
 	held := map[string]string{}
-	err := t.ForEach(func(r *Record) error {
+	for _, id := range slices.Sorted(maps.Keys(t.v.recs)) {
+		r, err := t.Get(id)
+		if err != nil {
+			report(tagRequests, err.Error())
+			continue
+		}
 		for _, d := range r.Devices() {
-			if prev, ok := held[d.Key]; ok {
-				problems = append(problems, fmt.Sprintf("device %s recorded under %q and %q", d.Key, prev, r.ID))
+			if prev, ok := held[d.Key]; ok && prev != id {
+				report(tagRequests, fmt.Sprintf("device %s recorded under %q and %q", d.Key, prev, id))
 			}
-			held[d.Key] = r.ID
-			if h := t.Holder(d.Key); h != r.ID {
-				problems = append(problems, fmt.Sprintf("device %s of %q indexed to %q", d.Key, r.ID, h))
+			held[d.Key] = id
+			if h := t.v.devs[d.Key]; h != id {
+				report(tagDevices, fmt.Sprintf("device %s of %q indexed to %q", d.Key, id, h))
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return append(problems, err.Error())
 	}
-	if b := t.tx.Bucket(bucketDevices); b != nil {
-		_ = b.ForEach(func(k, v []byte) error {
-			if held[string(k)] != string(v) {
-				problems = append(problems, fmt.Sprintf("index entry %s → %q has no record", k, v))
-			}
-			return nil
-		})
+	for _, k := range slices.Sorted(maps.Keys(t.v.devs)) {
+		if v := t.v.devs[k]; held[k] != v {
+			report(tagDevices, fmt.Sprintf("index entry %s → %q has no record", k, v))
+		}
 	}
-	return problems
 }

@@ -7,10 +7,13 @@ package sysfs
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Host is a view of a machine's /sys and /dev below Root. It remembers the
@@ -74,9 +77,12 @@ func validDevName(v string) error {
 	return nil
 }
 
-// NodeExists reports whether /dev/<devname> exists and is not a directory.
-// Each /dev directory is listed once per Host: one listing is far cheaper
-// than a stat per device on hosts with hundreds of nodes.
+// NodeExists reports whether /dev/<devname> is a character device (not a
+// link, a regular file or anything else). Each /dev directory is listed once
+// per Host, and the listing carries each entry's type: one listing is far
+// cheaper than a stat per device on hosts with hundreds of nodes. Whether
+// the device is the one sysfs describes is CheckNode's job, for the few
+// nodes handed out.
 func (h *Host) NodeExists(devname string) bool {
 	dir, base := path.Split(devname)
 	names, ok := h.dirs[dir]
@@ -84,7 +90,7 @@ func (h *Host) NodeExists(devname string) bool {
 		names = map[string]bool{}
 		entries, _ := readDirTypes(h.Dev(dir))
 		for _, e := range entries {
-			if !e.dir {
+			if e.typ == unix.DT_CHR || e.typ == unix.DT_UNKNOWN && isChar(h.Dev(dir+e.name)) {
 				names[e.name] = true
 			}
 		}
@@ -96,19 +102,51 @@ func (h *Host) NodeExists(devname string) bool {
 	return names[base]
 }
 
-// ResolveNode returns the container-facing path ("/dev/...", without the
-// root) of the node of a sysfs device directory. The kernel's own name for
-// the node is in uevent's DEVNAME; conventional is what devtmpfs calls it by
-// default (for example "dri/card0"), used when uevent has no DEVNAME or its
-// node does not exist. Callers check the conventional node first with
-// NodeExists, so discovery needs no per-device reads and only the devices
-// actually handed out pay for reading uevent.
-func (h *Host) ResolveNode(sysDir, conventional string) string {
-	name, err := DevName(sysDir)
-	if err == nil && name != "" && name != conventional && h.NodeExists(name) {
-		return "/dev/" + name
+func isChar(p string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR
+}
+
+// CheckNode checks that /dev/<devname> is a character device whose
+// major:minor is the one in the dev attribute of the sysfs device directory
+// sysDir. Anything else (a dangling or live symbolic link, a regular file,
+// another device planted under the name) is an error saying what it is.
+func (h *Host) CheckNode(devname, sysDir string) error {
+	var st unix.Stat_t
+	p := h.Dev(devname)
+	if err := unix.Lstat(p, &st); err != nil {
+		return &os.PathError{Op: "lstat", Path: p, Err: err}
 	}
-	return "/dev/" + conventional
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("/dev/%s is not a character device (mode %#o)", devname, st.Mode&unix.S_IFMT)
+	}
+	want, err := ReadAttr(filepath.Join(sysDir, "dev"))
+	if err != nil {
+		return err
+	}
+	if got := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)); got != want {
+		return fmt.Errorf("/dev/%s is device %s, but sysfs says %s", devname, got, want)
+	}
+	return nil
+}
+
+// ResolveNode returns the container-facing path ("/dev/...", without the
+// root) of the node of a sysfs device directory, checked with CheckNode.
+// The kernel's own name for the node is in uevent's DEVNAME; conventional is
+// what devtmpfs calls it by default (for example "dri/card0"), used when
+// uevent has no DEVNAME or its node does not pass the check. Callers check
+// the conventional node first with NodeExists, so discovery needs no
+// per-device reads and only the devices actually handed out pay for
+// reading uevent and dev and for the stat.
+func (h *Host) ResolveNode(sysDir, conventional string) (string, error) {
+	name, err := DevName(sysDir)
+	if err == nil && name != "" && name != conventional && h.NodeExists(name) && h.CheckNode(name, sysDir) == nil {
+		return "/dev/" + name, nil
+	}
+	if err := h.CheckNode(conventional, sysDir); err != nil {
+		return "", err
+	}
+	return "/dev/" + conventional, nil
 }
 
 // Index returns the decimal number that follows prefix in name, for names

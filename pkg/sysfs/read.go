@@ -50,10 +50,11 @@ func readDirNames(path string) ([]string, error) {
 	return names, err
 }
 
-// dirent is a directory entry: its name and whether it is a directory.
+// dirent is a directory entry: its name and the type the file system
+// reports (unix.DT_*; DT_UNKNOWN when it reports none).
 type dirent struct {
 	name string
-	dir  bool
+	typ  uint8
 }
 
 // readDirTypes lists a directory with the entry types the file system
@@ -88,7 +89,7 @@ func readDirTypes(path string) ([]dirent, error) {
 				name = name[:i]
 			}
 			if s := string(name); s != "." && s != ".." {
-				out = append(out, dirent{name: s, dir: b[18] == unix.DT_DIR})
+				out = append(out, dirent{name: s, typ: b[18]})
 			}
 			b = b[reclen:]
 		}

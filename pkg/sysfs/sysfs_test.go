@@ -1,10 +1,13 @@
 package sysfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestIndex(t *testing.T) {
@@ -98,7 +101,7 @@ func itoa(n int) string {
 	return string(b)
 }
 
-// The /dev listing treats directories as missing and is cached per Host.
+// The /dev listing counts only character devices and is cached per Host.
 func TestNodeExists(t *testing.T) {
 	root := t.TempDir()
 	for _, d := range []string{"dev/dri/by-path", "dev/tty5"} {
@@ -106,15 +109,85 @@ func TestNodeExists(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, "dev/dri/card0"), nil, 0o644); err != nil {
+	mkchar(t, filepath.Join(root, "dev/dri/card0"), 226, 0)
+	if err := os.WriteFile(filepath.Join(root, "dev/dri/card1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("card9", filepath.Join(root, "dev/dri/card2")); err != nil {
 		t.Fatal(err)
 	}
 	h := NewHost(root)
-	for name, want := range map[string]bool{"dri/card0": true, "dri/by-path": false, "tty5": false, "dri/card1": false, "nope/x": false} {
+	for name, want := range map[string]bool{"dri/card0": true, "dri/card1": false, "dri/card2": false,
+		"dri/by-path": false, "tty5": false, "dri/card3": false, "nope/x": false} {
 		if h.NodeExists(name) != want {
 			t.Errorf("NodeExists(%q) != %v", name, want)
 		}
 	}
+}
+
+// A node is handed out only when it is a character device with the
+// numbers sysfs gives; ResolveNode prefers a good DEVNAME node, falls back
+// to the conventional name, and fails when neither is good.
+func TestCheckNode(t *testing.T) {
+	root := t.TempDir()
+	maj, min := mkchar(t, filepath.Join(root, "dev/tty13"), 4, 13)
+	mkchar(t, filepath.Join(root, "dev/console-alias"), 4, 13)
+	mkchar(t, filepath.Join(root, "dev/tty14"), 4, 99) // numbers planted wrong
+	for p, content := range map[string]string{
+		"sys/class/tty/tty13/dev":    fmt.Sprintf("%d:%d\n", maj, min),
+		"sys/class/tty/tty13/uevent": "DEVNAME=console-alias\n",
+		"sys/class/tty/tty14/dev":    fmt.Sprintf("%d:%d\n", maj, min+1),
+		"sys/class/tty/tty15/dev":    "4:15\n",
+		"sys/class/tty/tty16/dev":    "4:16\n",
+		"dev/tty16":                  "a regular file",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("tty13", filepath.Join(root, "dev/tty15")); err != nil { // a link, even to a good node
+		t.Fatal(err)
+	}
+	h := NewHost(root)
+	for _, tt := range []struct {
+		tty  string
+		want string // resolved node, or "" for an error
+	}{{"tty13", "/dev/console-alias"}, {"tty14", ""}, {"tty15", ""}, {"tty16", ""}, {"tty17", ""}} {
+		got, err := h.TTYNode(TTY{Name: tt.tty})
+		if got != tt.want || (err == nil) != (tt.want != "") {
+			t.Errorf("%s: %q %v, want %q", tt.tty, got, err, tt.want)
+		}
+	}
+	if maj == 0 {
+		return // only 0:0 devices can be made here: every node has the same numbers
+	}
+	if err := os.WriteFile(filepath.Join(root, "sys/class/tty/tty13/uevent"), []byte("DEVNAME=tty14\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := NewHost(root).TTYNode(TTY{Name: "tty13"}); got != "/dev/tty13" || err != nil {
+		t.Errorf("a DEVNAME node with the wrong numbers is used: %q %v", got, err)
+	}
+}
+
+// mkchar makes a character device. Without CAP_MKNOD only 0:0 can be made
+// (a whiteout, Linux 5.8 and later); it returns the numbers it used.
+func mkchar(t *testing.T, p string, major, minor uint32) (uint32, uint32) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := unix.Mknod(p, unix.S_IFCHR|0o600, int(unix.Mkdev(major, minor)))
+	if err == unix.EPERM {
+		major, minor = 0, 0
+		err = unix.Mknod(p, unix.S_IFCHR|0o600, 0)
+	}
+	if err != nil {
+		t.Skipf("cannot make character devices here: %v", err)
+	}
+	return major, minor
 }
 
 // DRM discovery groups minors by device through the class links, and also

@@ -26,10 +26,10 @@ func (h *Host) TTYs(prefix string) ([]TTY, error) {
 	return out, nil
 }
 
-// Usable reports whether the tty's /dev node exists.
+// Usable reports whether the tty's /dev node is a character device.
 func (h *Host) Usable(t TTY) bool { return h.NodeExists(t.Name) }
 
-// TTYNode resolves the /dev node of a tty from its uevent.
-func (h *Host) TTYNode(t TTY) string {
+// TTYNode resolves and checks the /dev node of a tty (ResolveNode).
+func (h *Host) TTYNode(t TTY) (string, error) {
 	return h.ResolveNode(h.Sys("class", "tty", t.Name), t.Name)
 }

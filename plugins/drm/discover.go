@@ -88,12 +88,15 @@ func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device, scan po
 	case len(minors) == 0:
 		return "wanted device node missing from /dev"
 	}
-	dev.Resolve = func() []string {
+	dev.Resolve = func() ([]string, error) {
 		nodes := make([]string, len(minors))
 		for i, m := range minors {
-			nodes[i] = h.ResolveNode(d.MinorDir(m), "dri/"+m.Name)
+			var err error
+			if nodes[i], err = h.ResolveNode(d.MinorDir(m), "dri/"+m.Name); err != nil {
+				return nil, err
+			}
 		}
-		return nodes
+		return nodes, nil
 	}
 	if scan.NUMA && isPCI {
 		dev.NUMA = dir.NUMA()

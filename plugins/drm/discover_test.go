@@ -14,11 +14,11 @@ import (
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 	"github.com/cdi-exec/plugins/test/fixture"
+	"golang.org/x/sys/unix"
 )
 
 // testHost is a machine with one device of each kind inventory tells apart.
 var testHost = fixture.Host{
-	PlainNodes: true,
 	GPUs: []fixture.GPU{
 		{Addr: "0000:03:00.0", Vendor: "0x10de", Device: "0x2330", NUMA: fixture.Int(0), Driver: "nvidia", Card: 0, Render: 128, Control: -1},
 		{Addr: "0000:04:00.0", Vendor: "0x1002", Device: "0x73bf", NUMA: fixture.Int(1), Driver: "amdgpu", Card: 1, Render: 129, Control: 65},
@@ -106,8 +106,14 @@ func TestInventoryNodes(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(h.Root, "dev/dri/by-path"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(h.Root, "dev/dri/by-path/amd-card"), nil, 0o644); err != nil {
+	// The node udev made: the same device as card1's default node. Only
+	// a character device with sysfs's numbers is handed out.
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(h.Root, "dev/dri/card1"), &st); err != nil {
 		t.Fatal(err)
+	}
+	if err := unix.Mknod(filepath.Join(h.Root, "dev/dri/by-path/amd-card"), unix.S_IFCHR|0o600, int(st.Rdev)); err != nil {
+		t.Skipf("cannot make the device node here: %v", err)
 	}
 	gpus, err := inventory(h, filterOf(t, `{"want_device_nodes":["render","primary"]}`), pool.Scan{})
 	if err != nil {
@@ -144,8 +150,8 @@ func TestInventoryNodes(t *testing.T) {
 			}
 			continue
 		}
-		if got := g.Device.Resolve(); !slices.Equal(got, tt.resolved) {
-			t.Errorf("%s: resolved %v, want %v", tt.key, got, tt.resolved)
+		if got, err := g.Device.Resolve(); err != nil || !slices.Equal(got, tt.resolved) {
+			t.Errorf("%s: resolved %v, %v, want %v", tt.key, got, err, tt.resolved)
 		}
 	}
 }

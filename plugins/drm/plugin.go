@@ -105,6 +105,11 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 	out := make([]protocol.DeviceInfo, len(gpus))
 	for i, g := range gpus {
 		nodes := g.Device.Nodes
+		if g.Reason == "" {
+			if _, err := g.Device.Resolve(); err != nil {
+				g.Reason = err.Error() // ADD would not hand it out
+			}
+		}
 		if g.Reason != "" {
 			nodes = g.minors // what the device has, for people to see
 		}

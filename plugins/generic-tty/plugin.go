@@ -98,7 +98,10 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 		}
 		devs = append(devs, pool.Device{
 			Key: t.Name, Index: t.Index, NUMA: alloc.Unknown, Nodes: []string{"/dev/" + t.Name},
-			Resolve: func() []string { return []string{p.host.TTYNode(t)} },
+			Resolve: func() ([]string, error) {
+				n, err := p.host.TTYNode(t)
+				return []string{n}, err
+			},
 		})
 	}
 	return devs, nil
@@ -125,10 +128,15 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		case t.Index < p.firstIdx:
 			d.Reason = "reserved (num_system_reserved)"
 		case !p.host.Usable(t):
-			d.Reason = "no /dev node"
+			d.Reason = "no /dev node (or not a character device)"
 		default:
+			node, err := p.host.TTYNode(t)
+			if err != nil {
+				d.Reason = err.Error()
+				break
+			}
 			d.Usable = true
-			d.Nodes = []string{p.host.TTYNode(t)}
+			d.Nodes = []string{node}
 		}
 		out = append(out, d)
 	}

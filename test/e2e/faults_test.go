@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,15 +19,18 @@ import (
 )
 
 // Plugin processes are killed with SIGKILL at random moments while others
-// keep allocating and freeing. Afterwards the store opens, no device is
-// held twice, every record's devices exist, and DEL of every surviving id
-// frees everything.
+// keep allocating and freeing, publishing CDI specs. Afterwards cdictl
+// check finds the store sound, the store opens, no device is held twice,
+// every record's devices exist; the next writes sweep the temporary files
+// the killed processes left, and rewrite each live id's spec from its
+// record; DEL of every surviving id frees everything.
 func TestKillDuringAddDel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
 	n := newNode(t, eightGPUs())
-	conf := drmConf(`{}`)
+	specDir := filepath.Join(t.TempDir(), "cdi")
+	conf := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + specDir + `"}}`)
 	bin := filepath.Join(binDir, "drm")
 	const workers, rounds = 4, 250
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -69,7 +74,9 @@ func TestKillDuringAddDel(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("%d of %d processes killed", killed, workers*rounds)
+	litter := n.litter(t, specDir)
+	t.Logf("%d of %d processes killed; %d temporary files left", killed, workers*rounds, len(litter))
+	n.checkStores(t)
 	recs := n.records("drm") // opens the store and checks the index
 	for id, r := range recs {
 		for _, d := range r.Devices() {
@@ -77,6 +84,32 @@ func TestKillDuringAddDel(t *testing.T) {
 				t.Errorf("%s holds %s, which does not exist", id, d.Nodes[0])
 			}
 		}
+	}
+	// The next writes, once the litter is stale, leave none, and every
+	// live id's spec names what its record holds.
+	old := time.Now().Add(-time.Hour)
+	for _, p := range litter {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	valid := "none"
+	if len(recs) > 0 {
+		valid = strings.Join(slices.Collect(maps.Keys(recs)), ",")
+	}
+	if r := n.run("drm", conf, "CDI_COMMAND=GC", "CDI_VALID_REQUEST_IDS="+valid); r.status != 0 || strings.Contains(r.stdout, "freed\": [\"") {
+		t.Fatalf("GC keeping every id: %s", r.stdout)
+	}
+	for id := range recs {
+		if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID="+id); r.status != 0 {
+			t.Fatalf("replay %s: %s", id, r.stdout)
+		}
+	}
+	if left := n.litter(t, specDir); len(left) != 0 {
+		t.Errorf("litter left after the sweep: %v", left)
+	}
+	checkSpecs(t, specDir, recs)
+	for id := range recs {
 		if r := n.run("drm", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID="+id); r.status != 0 || r.stdout != "" {
 			t.Fatalf("DEL %s: %s", id, r.stdout)
 		}
@@ -86,6 +119,51 @@ func TestKillDuringAddDel(t *testing.T) {
 	}
 	if got := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:8", "CDI_REQUEST_ID=all"); got.status != 0 {
 		t.Fatalf("not every GPU is free again: %s", got.stdout)
+	}
+	n.checkStores(t)
+}
+
+// litter lists the temporary files killed writers leave: ".tmp-*" specs in
+// specDir and "<plugin>.db.new-*" stores in the state directory.
+func (n *node) litter(t *testing.T, specDir string) []string {
+	t.Helper()
+	specs, _ := filepath.Glob(filepath.Join(specDir, ".tmp-*"))
+	stores, _ := filepath.Glob(filepath.Join(n.state, "*.db.new-*"))
+	return append(specs, stores...)
+}
+
+// checkStores runs cdictl check on the node's state directory and fails
+// unless every store is sound.
+func (n *node) checkStores(t *testing.T) {
+	t.Helper()
+	r := runArgs(t, filepath.Join(binDir, "cdictl"), []string{"check", "-o", "json"}, []string{"CDI_STATE_DIR=" + n.state})
+	if r.status != 0 || !strings.Contains(r.stdout, `"problems": []`) {
+		t.Fatalf("cdictl check: status %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
+}
+
+// checkSpecs asserts that the spec directory holds exactly one spec per
+// record, naming the record's nodes.
+func checkSpecs(t *testing.T, dir string, recs map[string]*store.Record) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "example.com-gpu_*.json"))
+	if len(files) != len(recs) {
+		t.Errorf("%d spec files for %d records", len(files), len(recs))
+	}
+	for id, r := range recs {
+		spec, _ := filepath.Glob(filepath.Join(dir, "example.com-gpu_"+id+"_drm-*.json"))
+		if len(spec) != 1 {
+			t.Errorf("spec files of %s: %v", id, spec)
+			continue
+		}
+		got := specNodes(t, spec[0])
+		var want []string
+		for _, a := range r.Allocations {
+			want = append(want, a.HandedOut()...)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("spec of %s names %v, its record %v", id, got, want)
+		}
 	}
 }
 
@@ -226,7 +304,7 @@ func TestDiskTrouble(t *testing.T) {
 		if err := os.MkdirAll(n.state, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := syscall.Mount("tmpfs", n.state, "tmpfs", 0, "size=8k"); err != nil {
+		if err := syscall.Mount("tmpfs", n.state, "tmpfs", 0, "size=8k,mode=0700"); err != nil {
 			t.Skipf("cannot mount a small tmpfs here (%v); needs root", err)
 		}
 		defer syscall.Unmount(n.state, syscall.MNT_DETACH)
@@ -241,7 +319,7 @@ func TestDiskTrouble(t *testing.T) {
 		if err := os.MkdirAll(n.state, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := syscall.Mount("tmpfs", n.state, "tmpfs", 0, "size=64k"); err != nil {
+		if err := syscall.Mount("tmpfs", n.state, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
 			t.Skipf("cannot mount a small tmpfs here (%v); needs root", err)
 		}
 		defer syscall.Unmount(n.state, syscall.MNT_DETACH)

@@ -35,13 +35,18 @@ func TestPodmanInjectsAllocatedTTYs(t *testing.T) {
 	pm := newPodman(t)
 	h := fixture.Host{TTYs: map[string]int{"tty": 16}}
 	n := newNode(t, h)
-	// tty13 and tty14 are handed out: make them harmless nodes.
+	// tty13 and tty14 are handed out: make them harmless nodes, and say so
+	// in sysfs too, since only a node with sysfs's numbers is handed out.
 	for name, dev := range map[string]uint64{"tty13": unix.Mkdev(1, 3), "tty14": unix.Mkdev(1, 5)} {
 		p := filepath.Join(n.root, "dev", name)
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
 		}
 		if err := unix.Mknod(p, unix.S_IFCHR|0o600, int(dev)); err != nil {
+			t.Fatal(err)
+		}
+		numbers := fmt.Sprintf("%d:%d\n", unix.Major(dev), unix.Minor(dev))
+		if err := os.WriteFile(filepath.Join(n.root, "sys/class/tty", name, "dev"), []byte(numbers), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/store"
+)
+
+func checkCommand() *command {
+	return &command{name: "check", args: "[--repair] [STORE...]", summary: "verify the plugins' stores offline: checksums, index, double bookings",
+		example: "cdictl check\n  cdictl check --repair /var/lib/cdi/drm.db",
+		setup: func(fs *flag.FlagSet) runFunc {
+			var f checkFlags
+			fs.BoolVar(&f.repair, "repair", false, "rebuild a damaged index from the records, when every record is intact")
+			return f.run
+		}}
+}
+
+type checkFlags struct{ repair bool }
+
+// checkEntry is one store's report, or why it could not be checked.
+type checkEntry struct {
+	store.Report
+	Error *errorJSON `json:"error,omitempty"`
+}
+
+// run checks the named store files, or every store in the state
+// directory. It exits 1 when a store is damaged (and not repaired) or
+// could not be checked. It never changes a store unless --repair is given,
+// and then only its index (store.CheckFile).
+func (f *checkFlags) run(a *app, args []string) int {
+	files := args
+	if len(files) == 0 {
+		var err error
+		if files, err = store.Stores(a.cfg.StateDir); err != nil {
+			return a.fail(protocol.Errorf(protocol.CodeStore, "%w", err))
+		}
+	}
+	out := []checkEntry{}
+	failed := false
+	for _, file := range files {
+		path, err := filepath.Abs(file)
+		e := checkEntry{Report: store.Report{Path: file, Problems: []string{}}}
+		if err == nil {
+			e.Report, err = store.CheckFile(path, a.cfg.LockTimeout, f.repair)
+		}
+		if err != nil {
+			fmt.Fprintf(a.stderr, "cdictl: %s: %v\n", file, err)
+			e.Error = toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))
+		}
+		for _, p := range e.Problems {
+			fmt.Fprintf(a.stderr, "cdictl: %s: %s\n", file, p)
+		}
+		failed = failed || err != nil || len(e.Problems) > 0 && !e.Repaired
+		out = append(out, e)
+	}
+	a.report("STORE\tSCHEMA\tRECORDS\tINDEXED\tRESULT", rowsOf(out, checkRow),
+		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "stores", Value: out})
+	return status(failed)
+}
+
+func checkRow(e *checkEntry) []string {
+	res := "sound"
+	switch {
+	case e.Error != nil:
+		res = e.Error.String()
+	case e.Repaired:
+		res = fmt.Sprintf("index rebuilt (%d problems found)", len(e.Problems))
+	case len(e.Problems) > 0 && e.Repairable:
+		res = fmt.Sprintf("damaged index, repairable: %s", strings.Join(e.Problems, "; "))
+	case len(e.Problems) > 0:
+		res = "damaged: " + strings.Join(e.Problems, "; ")
+	}
+	return []string{e.Path, fmt.Sprint(e.Schema), fmt.Sprint(e.Records), fmt.Sprint(e.Devices), res}
+}

@@ -1,0 +1,161 @@
+package protocol
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+type strictArgs struct {
+	Reserved int      `json:"num_system_reserved"`
+	Pattern  string   `json:"pattern"`
+	List     []string `json:"list"`
+	Inner    *struct {
+		Plugin string          `json:"plugin"`
+		Args   json.RawMessage `json:"args"`
+	} `json:"inner"`
+	Items []struct {
+		Name string `json:"name"`
+	} `json:"items"`
+}
+
+func TestDecodeStrict(t *testing.T) {
+	tests := []struct {
+		in   string
+		err  string // "" for success
+		want int    // Reserved, on success
+	}{
+		{`{"num_system_reserved": 12}`, "", 12},
+		{`{"num_system_reserved": 12, "NUM_SYSTEM_RESERVED": 0}`, `"NUM_SYSTEM_RESERVED" is not "num_system_reserved"`, 0},
+		{`{"Num_System_Reserved": 3}`, `"Num_System_Reserved" is not`, 0},
+		{`{"num_system_reserved": 12, "num_system_reserved": 0}`, `"num_system_reserved" is given twice`, 0},
+		{`{"num_system_reserved": 1, "num_syſtem_reserved": 2}`, `is not "num_system_reserved"`, 0}, // long s folds to s
+		{`{"patterK": "x"}`, `unknown field "patterK"`, 0},
+		{`{"pattern": "ttyS", "PATTERN": "tty"}`, `"PATTERN" is not "pattern"`, 0},
+		{`{"inner": {"plugin": "drm", "Plugin": "x"}}`, `"inner.Plugin" is not "inner.plugin"`, 0},
+		{`{"inner": {"plugin": "drm", "args": {"A": 1, "a": 2}}}`, "", 0}, // a delegate's args are its own
+		{`{"inner": {"plugin": "a", "plugin": "b"}}`, `"inner.plugin" is given twice`, 0},
+		{`{"items": [{"name": "a"}, {"NAME": "b"}]}`, `"items[1].NAME" is not "items[1].name"`, 0},
+		{`{"list": ["a", "A"]}`, "", 0},
+		{`{"num_system_reserved": 1} {}`, "data after", 0},
+		{`{"num_system_reserved": "x"}`, "cannot unmarshal", 0},
+		{`[1]`, "cannot unmarshal", 0},
+		{`{"num_sys`, "unexpected EOF", 0},
+		{`{"num_system_re\u0073erved": 7}`, "", 7}, // escapes decode to the exact name
+	}
+	for _, tt := range tests {
+		var a strictArgs
+		err := DecodeStrict([]byte(tt.in), &a)
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("%s: %v", tt.in, err)
+		case tt.err == "" && a.Reserved != tt.want:
+			t.Errorf("%s: reserved %d", tt.in, a.Reserved)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%s: err = %v, want %q", tt.in, err, tt.err)
+		}
+	}
+	// A map takes any names, but each once.
+	var m map[string]json.RawMessage
+	if err := DecodeStrict([]byte(`{"a":1,"A":2}`), &m); err != nil {
+		t.Fatal(err)
+	}
+	if err := DecodeStrict([]byte(`{"a":1,"a":2}`), &m); err == nil {
+		t.Fatal("duplicate accepted in a map")
+	}
+}
+
+// FuzzDecodeStrict: whatever DecodeStrict accepts, encoding/json decodes
+// to the same value, and every member name of the object is exactly one of
+// the struct's names, given once.
+func FuzzDecodeStrict(f *testing.F) {
+	f.Add(`{"num_system_reserved": 12, "pattern": "ttyS"}`)
+	f.Add(`{"num_system_reserved": 12, "NUM_SYSTEM_RESERVED": 0}`)
+	f.Add(`{"inner": {"plugin": "drm", "args": {"x": 1}}, "items": [{"name": "a"}]}`)
+	f.Add(`{"list": ["a"], "list": ["b"]}`)
+	names := map[string]bool{"num_system_reserved": true, "pattern": true, "list": true, "inner": true, "items": true}
+	f.Fuzz(func(t *testing.T, in string) {
+		var a strictArgs
+		if DecodeStrict([]byte(in), &a) != nil {
+			return
+		}
+		var b strictArgs
+		if err := json.Unmarshal([]byte(in), &b); err != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("encoding/json disagrees: %v\n%+v\n%+v", err, a, b)
+		}
+		// An independent count of the members: one Decode into a map
+		// per member, through a token stream.
+		dec := json.NewDecoder(strings.NewReader(in))
+		if tok, _ := dec.Token(); tok != json.Delim('{') {
+			t.Fatalf("accepted a non-object: %q", in)
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, _ := dec.Token()
+			k := tok.(string)
+			if !names[k] || seen[k] {
+				t.Fatalf("accepted member %q in %q", k, in)
+			}
+			seen[k] = true
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestParseTimeoutRefusesUnusable(t *testing.T) {
+	good := map[string]time.Duration{
+		"10": 10 * time.Second, "1.5": 1500 * time.Millisecond, "500ms": 500 * time.Millisecond,
+		"1ns": time.Nanosecond, "1e-9": time.Nanosecond, "86400": 24 * time.Hour, "2m": 2 * time.Minute,
+	}
+	for in, want := range good {
+		if got, err := ParseTimeout(in); err != nil || got != want {
+			t.Errorf("%q: %v %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"NaN", "nan", "1e-10", "Inf", "+Inf", "-Inf", "infinity", "0", "-1", "-1s", "0s",
+		"86401", "25h", "garbage", "10 s", "1e400", "0x1p-40", "", " 10"} {
+		if got, err := ParseTimeout(in); err == nil {
+			t.Errorf("%q accepted as %v", in, got)
+		}
+	}
+	if _, err := ParseTimeout(strings.Repeat("9", 400)); err == nil {
+		t.Error("huge number accepted")
+	}
+}
+
+// Only ASCII letters change case.
+func TestCommand(t *testing.T) {
+	for in, want := range map[string]string{"info": "INFO", "InFo": "INFO", "ınfo": "ıNFO", "verſion": "VERſION", "dEł": "DEł", "": ""} {
+		if got := Command(in); got != want {
+			t.Errorf("Command(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestCheckRoots(t *testing.T) {
+	for _, tt := range []struct {
+		e    Env
+		code int
+	}{
+		{Env{HostRoot: "/", StateDir: "/var/lib/cdi"}, 0},
+		{Env{HostRoot: "host", StateDir: "/s"}, CodeInvalidConfig},
+		{Env{HostRoot: "./", StateDir: "/s"}, CodeInvalidConfig},
+		{Env{HostRoot: "/", StateDir: "var/lib/cdi"}, CodeStore},
+		{Env{HostRoot: "/", StateDir: "."}, CodeStore},
+	} {
+		err := tt.e.CheckRoots()
+		if code := 0; err != nil {
+			code = AsError(err).Code
+			if code != tt.code {
+				t.Errorf("%+v: %v", tt.e, err)
+			}
+		} else if tt.code != 0 {
+			t.Errorf("%+v accepted", tt.e)
+		}
+	}
+}

@@ -1,0 +1,273 @@
+package store
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc64"
+	"strconv"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The layout of schema 2 (docs/protocol.md#store):
+//
+//	meta/schema     "2"
+//	meta/digest     per bucket (requests, devices): entry count and the sum
+//	                of the entries' checksums, 8 bytes each, big-endian;
+//	                then the checksum of those 32 bytes
+//	requests/<id>   checksum (8 bytes) ‖ the record as JSON
+//	devices/<key>   checksum (8 bytes) ‖ the request-id
+//
+// An entry's checksum is CRC-64/ECMA over the bucket's tag, the key's length
+// as a uvarint, the key and the payload, so a value moved under another key
+// or into the other bucket fails it too. The digest lets a reader that has
+// read every entry tell that none is missing or extra, which bbolt cannot:
+// a damaged leaf or branch page can drop entries without any error. Schema
+// 1 had bare values and no digest; a write transaction upgrades it.
+
+const (
+	tagRequests = 'r'
+	tagDevices  = 'd'
+	sumSize     = 8
+)
+
+var (
+	bucketMeta     = []byte("meta")
+	bucketRequests = []byte("requests")
+	bucketDevices  = []byte("devices")
+	keySchema      = []byte("schema")
+	keyDigest      = []byte("digest")
+	keyID          = []byte("id")
+	crcTable       = crc64.MakeTable(crc64.ECMA)
+)
+
+// checksum is the checksum of one entry.
+func checksum(tag byte, key, payload []byte) uint64 {
+	var hdr [1 + binary.MaxVarintLen64]byte
+	hdr[0] = tag
+	n := binary.PutUvarint(hdr[1:], uint64(len(key)))
+	h := crc64.Update(0, crcTable, hdr[:1+n])
+	h = crc64.Update(h, crcTable, key)
+	return crc64.Update(h, crcTable, payload)
+}
+
+// seal prefixes payload with its checksum.
+func seal(tag byte, key, payload []byte) []byte {
+	v := make([]byte, sumSize+len(payload))
+	binary.BigEndian.PutUint64(v, checksum(tag, key, payload))
+	copy(v[sumSize:], payload)
+	return v
+}
+
+// unseal checks a sealed value and returns its payload and checksum.
+func unseal(tag byte, key, v []byte) ([]byte, uint64, bool) {
+	if len(v) < sumSize {
+		return nil, 0, false
+	}
+	sum, payload := binary.BigEndian.Uint64(v), v[sumSize:]
+	return payload, sum, sum == checksum(tag, key, payload)
+}
+
+// tally is the count and checksum sum of one bucket's entries. Sums are
+// added, not combined with XOR, so that an entry read twice does not
+// cancel out.
+type tally struct{ n, sum uint64 }
+
+func (t *tally) add(sum uint64)    { t.n++; t.sum += sum }
+func (t *tally) remove(sum uint64) { t.n--; t.sum -= sum }
+
+// digest is the tally of the requests and the devices bucket.
+type digest [2]tally
+
+func (d digest) encode() []byte {
+	b := make([]byte, 0, 40)
+	for _, t := range d {
+		b = binary.BigEndian.AppendUint64(b, t.n)
+		b = binary.BigEndian.AppendUint64(b, t.sum)
+	}
+	return binary.BigEndian.AppendUint64(b, crc64.Checksum(b, crcTable))
+}
+
+func decodeDigest(b []byte) (digest, bool) {
+	var d digest
+	if len(b) != 40 || binary.BigEndian.Uint64(b[32:]) != crc64.Checksum(b[:32], crcTable) {
+		return d, false
+	}
+	for i := range d {
+		d[i] = tally{binary.BigEndian.Uint64(b[16*i:]), binary.BigEndian.Uint64(b[16*i+8:])}
+	}
+	return d, true
+}
+
+// view is the verified content of a store, read in full at the start of
+// every transaction. Lookups are answered from it, never by searching
+// bbolt's tree: a damaged branch key could make a search miss an entry
+// that is there.
+type view struct {
+	schema int
+	recs   map[string][]byte // request-id → record JSON
+	devs   map[string]string // device key → request-id
+	tally  digest            // of what was read, kept up to date by writes
+}
+
+// errNewer marks a store written by a newer schema.
+var errNewer = errors.New("written by a newer version")
+
+// reporter receives each problem found, with the tag of the bucket whose
+// entries it concerns, or 0 when it concerns the store as a whole.
+type reporter func(tag byte, problem string)
+
+// load reads every entry of the store and verifies it. Each problem found
+// goes to report; a nil error with problems reported means the view is
+// not to be trusted.
+func load(tx *bolt.Tx, report reporter) (*view, error) {
+	v := &view{recs: map[string][]byte{}, devs: map[string]string{}}
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		report(0, "the meta bucket is missing")
+		return v, nil
+	}
+	raw := meta.Get(keySchema)
+	s, err := strconv.Atoi(string(raw))
+	switch {
+	case err != nil || s < 1:
+		report(0, fmt.Sprintf("schema version %q is not a version", raw))
+		return v, nil
+	case s > Schema:
+		return nil, fmt.Errorf("%w (schema %d, this binary knows %d)", errNewer, s, Schema)
+	}
+	v.schema = s
+	if s == 1 && meta.Get(keyDigest) != nil {
+		report(0, "the schema version says 1, but the store has a digest, which only schema 2 has: the version is damaged")
+		return v, nil
+	}
+	req, dev := tx.Bucket(bucketRequests), tx.Bucket(bucketDevices)
+	if req == nil || dev == nil {
+		report(0, "the requests or devices bucket is missing")
+		return v, nil
+	}
+	loadBucket(req, tagRequests, s, &v.tally[0], report, func(k string, p []byte) { v.recs[k] = p })
+	loadBucket(dev, tagDevices, s, &v.tally[1], report, func(k string, p []byte) { v.devs[k] = string(p) })
+	if s == 1 {
+		return v, nil // no digest before schema 2
+	}
+	want, ok := decodeDigest(meta.Get(keyDigest))
+	if !ok {
+		report(0, "the digest is missing or fails its checksum")
+		return v, nil
+	}
+	for i, tag := range []byte{tagRequests, tagDevices} {
+		if got := v.tally[i]; got != want[i] {
+			report(tag, fmt.Sprintf("the %s bucket holds %d entries that do not add up to its digest (%d recorded): entries are missing, extra or damaged", bucketName(tag), got.n, want[i].n))
+		}
+	}
+	return v, nil
+}
+
+// loadBucket reads one bucket in key order, checking the order and each
+// entry's checksum (schema 2), and passes each good entry to put.
+func loadBucket(b *bolt.Bucket, tag byte, schema int, t *tally, report reporter, put func(string, []byte)) {
+	var prev []byte
+	c := b.Cursor()
+	for k, val := c.First(); k != nil; k, val = c.Next() {
+		if prev != nil && bytes.Compare(k, prev) <= 0 {
+			report(tag, fmt.Sprintf("%s bucket: key %q out of order after %q", bucketName(tag), k, prev))
+		}
+		prev = k
+		if val == nil {
+			report(tag, fmt.Sprintf("%s bucket: %q is a bucket, not an entry", bucketName(tag), k))
+			continue
+		}
+		payload := val
+		if schema >= 2 {
+			p, sum, ok := unseal(tag, k, val)
+			if !ok {
+				report(tag, fmt.Sprintf("%s bucket: entry %q fails its checksum", bucketName(tag), k))
+				continue
+			}
+			payload = p
+			t.add(sum)
+		}
+		put(string(k), payload)
+	}
+}
+
+func bucketName(tag byte) string {
+	if tag == tagRequests {
+		return "requests"
+	}
+	return "devices"
+}
+
+// initialise lays out an empty store of the current schema.
+func initialise(tx *bolt.Tx) error {
+	meta, err := tx.CreateBucket(bucketMeta)
+	if err != nil {
+		return err
+	}
+	for _, b := range [][]byte{bucketRequests, bucketDevices} {
+		if _, err := tx.CreateBucket(b); err != nil {
+			return err
+		}
+	}
+	if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
+		return err
+	}
+	if err := meta.Put(keyDigest, digest{}.encode()); err != nil {
+		return err
+	}
+	return ensureID(tx)
+}
+
+// ensureID gives the store its identity, random, unless it has one: stores
+// that share a CDI spec directory tell their files apart by it.
+func ensureID(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta.Get(keyID) != nil {
+		return nil
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	return meta.Put(keyID, []byte(hex.EncodeToString(b[:])))
+}
+
+// migrate upgrades a schema 1 store, whose view was just loaded, to the
+// current schema inside the caller's write transaction: every entry is
+// sealed with its checksum and the digest is written. A record that is not
+// valid JSON stops the upgrade; the transaction is then not committed.
+func migrate(tx *bolt.Tx, v *view) error {
+	req, dev := tx.Bucket(bucketRequests), tx.Bucket(bucketDevices)
+	v.tally = digest{}
+	recs := make(map[string][]byte, len(v.recs))
+	for id, p := range v.recs {
+		if _, err := decode(id, p); err != nil {
+			return err
+		}
+		sealed := seal(tagRequests, []byte(id), p)
+		if err := req.Put([]byte(id), sealed); err != nil {
+			return err
+		}
+		recs[id] = sealed[sumSize:]
+		v.tally[0].add(binary.BigEndian.Uint64(sealed))
+	}
+	v.recs = recs
+	for key, id := range v.devs {
+		sealed := seal(tagDevices, []byte(key), []byte(id))
+		if err := dev.Put([]byte(key), sealed); err != nil {
+			return err
+		}
+		v.tally[1].add(binary.BigEndian.Uint64(sealed))
+	}
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(keySchema, []byte(strconv.Itoa(Schema))); err != nil {
+		return err
+	}
+	v.schema = Schema
+	return meta.Put(keyDigest, v.tally.encode())
+}

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The state directory and the store file are reached without following
+// symbolic links and without path checks that could race: the directory is
+// opened with O_NOFOLLOW and checked through its descriptor, and everything
+// in it is opened relative to that descriptor, again with O_NOFOLLOW. bbolt
+// opens files by name, so Options.OpenFile hands it the descriptor opened
+// here instead (see dir.openFile). The checks follow sshd's StrictModes:
+// whatever decides where allocations are written must belong to the
+// effective user and be writable by nobody else.
+
+// staleAge is how old a temporary file of this package must be before a
+// later write removes it as litter of a killed process. Creating a store
+// takes milliseconds; a file this old has no live writer.
+const staleAge = 5 * time.Minute
+
+// dir is an open, checked state directory.
+type dir struct {
+	fd   int
+	path string
+}
+
+// openDir opens the state directory of path and checks it. With create, a
+// missing directory is made 0700 first (its parents as needed).
+func openDir(path string, create bool) (*dir, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s: %w: the store path must be absolute, not relative to the working directory", path, ErrUnsafe)
+	}
+	name := filepath.Dir(path)
+	if create {
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			return nil, fmt.Errorf("creating state directory: %w", err)
+		}
+		if err := unix.Mkdir(name, 0o700); err != nil && err != unix.EEXIST {
+			return nil, fmt.Errorf("creating state directory: %w", &os.PathError{Op: "mkdir", Path: name, Err: err})
+		}
+	}
+	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case err == unix.ENOENT:
+		return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
+	case err == unix.ELOOP || err == unix.ENOTDIR:
+		if fi, lerr := os.Lstat(name); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return nil, refuse(name, "is a symbolic link", "replace it by a real directory (mkdir -m 0700)")
+		}
+		return nil, refuse(name, "is not a directory", "remove it, or point CDI_STATE_DIR elsewhere")
+	case err != nil:
+		return nil, fmt.Errorf("opening state directory: %w", &os.PathError{Op: "open", Path: name, Err: err})
+	}
+	d := &dir{fd: fd, path: name}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		d.close()
+		return nil, &os.PathError{Op: "fstat", Path: name, Err: err}
+	}
+	if err := checkOwner(name, &st, "0700"); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *dir) close() { _ = unix.Close(d.fd) }
+
+// refuse returns an ErrUnsafe error that says what is wrong with name and
+// how to fix it.
+func refuse(name, what, fix string) error {
+	return fmt.Errorf("%s %s: %w; %s", name, what, ErrUnsafe, fix)
+}
+
+// checkOwner refuses a file or directory that another user owns or that
+// the group or others may write.
+func checkOwner(name string, st *unix.Stat_t, mode string) error {
+	if euid := uint32(os.Geteuid()); st.Uid != euid {
+		return refuse(name, fmt.Sprintf("is owned by uid %d, not by uid %d that runs the plugin", st.Uid, euid),
+			fmt.Sprintf("chown %d %s, or point CDI_STATE_DIR at a directory of that user", euid, name))
+	}
+	if st.Mode&0o022 != 0 {
+		return refuse(name, fmt.Sprintf("is writable by its group or others (mode %04o)", st.Mode&0o7777),
+			fmt.Sprintf("chmod %s %s", mode, name))
+	}
+	return nil
+}
+
+// stat looks at the store file without following a link. It reports false
+// when there is no such file.
+func (d *dir) stat(base string) (unix.Stat_t, bool, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(d.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == unix.ENOENT {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, &os.PathError{Op: "stat", Path: filepath.Join(d.path, base), Err: err}
+	}
+	return st, true, checkFile(filepath.Join(d.path, base), &st)
+}
+
+// checkFile refuses anything but a non-empty regular file of ours.
+func checkFile(name string, st *unix.Stat_t) error {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFLNK:
+		return refuse(name, "is a symbolic link", "a store is never a link; remove the link")
+	default:
+		return fmt.Errorf("%s is not a regular file: %w", name, ErrCorrupt)
+	}
+	if err := checkOwner(name, st, "0600"); err != nil {
+		return err
+	}
+	if st.Size == 0 {
+		return fmt.Errorf("%s is empty: %w; a store is built in full before it is put in place, "+
+			"so an empty file is damage, and it was left untouched. Restore it from a backup, or move it "+
+			"aside to start afresh (every allocation it recorded is then forgotten)", name, ErrCorrupt)
+	}
+	return nil
+}
+
+// openFile is the bbolt OpenFile hook: it opens the checked store file
+// relative to the directory, never creating it and never following a link,
+// and checks the file it got, so that what bbolt reads and locks is the
+// file that was checked. It takes the file lock itself, bounded by
+// timeout, and checks the page structure under it (checkPages) before
+// bbolt reads a page; bbolt's own lock on the same open file then succeeds
+// at once.
+func (d *dir) openFile(base string, timeout time.Duration) func(string, int, os.FileMode) (*os.File, error) {
+	return func(name string, flag int, _ os.FileMode) (*os.File, error) {
+		flag = flag&^os.O_CREATE | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		fd, err := unix.Openat(d.fd, base, flag, 0)
+		switch {
+		case err == unix.ELOOP:
+			return nil, refuse(name, "is a symbolic link", "a store is never a link; remove the link")
+		case err == unix.ENOENT:
+			return nil, fmt.Errorf("%s: %w", name, ErrNotExist)
+		case err != nil:
+			return nil, &os.PathError{Op: "open", Path: name, Err: err}
+		}
+		f := os.NewFile(uintptr(fd), name)
+		if err := lockAndCheck(f, flag&(os.O_RDWR|os.O_WRONLY) != 0, timeout); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return f, nil
+	}
+}
+
+// lockAndCheck checks the opened store file, locks it (exclusively for
+// writing) within timeout, and checks its pages.
+func lockAndCheck(f *os.File, exclusive bool, timeout time.Duration) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+	}
+	if err := checkFile(f.Name(), &st); err != nil {
+		return err
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %w (waited %v for its lock)", f.Name(), ErrBusy, timeout)
+		}
+		time.Sleep(lockRetry)
+	}
+	// The size may have changed while we waited.
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+	}
+	if err := checkFile(f.Name(), &st); err != nil {
+		return err
+	}
+	return checkPages(f, st.Size)
+}
+
+// lockRetry is the pause between attempts to take the file lock.
+const lockRetry = 20 * time.Millisecond
+
+// tempPrefix is the name prefix of the temporary files a store is built in.
+func tempPrefix(base string) string { return base + ".new-" }
+
+// sweep removes temporary store files that a killed process left behind:
+// ours by name, regular files of ours, and older than staleAge.
+func (d *dir) sweep(base string) {
+	fd, err := unix.Dup(d.fd)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	entries, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return
+	}
+	cutoff := time.Now().Add(-staleAge).Unix()
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), tempPrefix(base)) {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(d.fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+			st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Mtim.Sec > cutoff {
+			continue
+		}
+		_ = unix.Unlinkat(d.fd, e.Name(), 0)
+	}
+}

@@ -1,0 +1,340 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+)
+
+// bbolt trusts the pages it reads. A damaged page that points at itself, at
+// a page past the end of the file or into the middle of another page can
+// make it loop forever, overflow its stack (fatal in Go, not a panic) or
+// fault outside the main goroutine. checkPages therefore walks the page
+// graph of a store file itself, with plain reads, before bbolt sees the
+// file: the meta page bbolt will pick, every page reachable from its root,
+// and the freelist. It runs under the file lock, so no writer is changing
+// the file meanwhile, and costs one read of the file.
+//
+// The layout is bbolt's (go.etcd.io/bbolt, file format version 2), in the
+// machine's byte order.
+
+const (
+	pageHeaderSize = 16
+	elementSize    = 16 // branch and leaf page elements
+	metaMagic      = 0xED0CDAED
+	metaVersion    = 2
+	noFreelist     = ^uint64(0)
+	branchFlag     = 0x01
+	leafFlag       = 0x02
+	freelistFlag   = 0x10
+	bucketFlag     = 0x01 // a leaf element that is a bucket
+	inBucketSize   = 16   // root page id and sequence
+	maxReadAll     = 16 << 20
+)
+
+var native = binary.NativeEndian
+
+// meta is the part of a meta page the check needs.
+type meta struct {
+	pageSize             uint64
+	root, freelist, high uint64
+	txid                 uint64
+}
+
+// parseMeta decodes the meta page at the start of p and reports whether it
+// is valid by bbolt's rules: magic, version and checksum.
+func parseMeta(p []byte) (meta, bool) {
+	if len(p) < pageHeaderSize+64 {
+		return meta{}, false
+	}
+	m := p[pageHeaderSize:]
+	h := fnv.New64a()
+	h.Write(m[:56])
+	if native.Uint32(m) != metaMagic || native.Uint32(m[4:]) != metaVersion || h.Sum64() != native.Uint64(m[56:]) {
+		return meta{}, false
+	}
+	return meta{pageSize: uint64(native.Uint32(m[8:])), root: native.Uint64(m[16:]),
+		freelist: native.Uint64(m[32:]), high: native.Uint64(m[40:]), txid: native.Uint64(m[48:])}, true
+}
+
+// pageFile reads a store file by pages.
+type pageFile struct {
+	f    *os.File
+	size uint64
+	all  []byte // the whole file, when it is small
+}
+
+func (pf *pageFile) read(off, n uint64) ([]byte, error) {
+	if off > pf.size || n > pf.size-off {
+		return nil, fmt.Errorf("%d bytes at offset %d lie past the end of the file (%d bytes)", n, off, pf.size)
+	}
+	if pf.all != nil {
+		return pf.all[off : off+n], nil
+	}
+	b := make([]byte, n)
+	if _, err := pf.f.ReadAt(b, int64(off)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// checkPages verifies the page structure of the store file f. Its errors
+// wrap ErrCorrupt, except for read errors.
+func checkPages(f *os.File, size int64) error {
+	pf := &pageFile{f: f, size: uint64(size)}
+	if size <= maxReadAll {
+		pf.all = make([]byte, size)
+		if _, err := f.ReadAt(pf.all, 0); err != nil {
+			return fmt.Errorf("reading %s: %w", f.Name(), err)
+		}
+	}
+	m, err := pf.meta()
+	if err == nil {
+		err = pf.walk(m)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", f.Name(), ErrCorrupt, err)
+	}
+	return nil
+}
+
+// meta returns the meta page bbolt will use: the valid one with the higher
+// transaction id. The page size comes from the first valid meta page, the
+// second one found as bbolt finds it.
+func (pf *pageFile) meta() (meta, error) {
+	first, _ := pf.read(0, pageHeaderSize+64)
+	m0, ok0 := parseMeta(first)
+	ps := m0.pageSize
+	if !ok0 {
+		for i := range 15 {
+			off := uint64(1024) << i
+			if off+1024 >= pf.size {
+				break
+			}
+			if p, err := pf.read(off, pageHeaderSize+64); err == nil {
+				if m, ok := parseMeta(p); ok {
+					ps = m.pageSize
+					break
+				}
+			}
+		}
+	}
+	if ps < 1024 || ps > 1<<24 || ps&(ps-1) != 0 {
+		return meta{}, errors.New("neither meta page is valid")
+	}
+	second, _ := pf.read(ps, pageHeaderSize+64)
+	m1, ok1 := parseMeta(second)
+	m0.pageSize, m1.pageSize = ps, ps
+	switch {
+	case ok0 && (!ok1 || m0.txid >= m1.txid):
+		return m0, nil
+	case ok1:
+		return m1, nil
+	}
+	return meta{}, errors.New("neither meta page is valid")
+}
+
+// walker visits every page reachable from a meta page once.
+type walker struct {
+	pf   *pageFile
+	m    meta
+	seen map[uint64]bool
+}
+
+func (pf *pageFile) walk(m meta) error {
+	if m.high < 2 || m.high > pf.size/m.pageSize {
+		return fmt.Errorf("the meta page claims %d pages, the file holds %d", m.high, pf.size/m.pageSize)
+	}
+	w := &walker{pf: pf, m: m, seen: map[uint64]bool{0: true, 1: true}}
+	if err := w.page(m.root, 0, keyRange{}); err != nil {
+		return err
+	}
+	if m.freelist != noFreelist {
+		return w.freelist()
+	}
+	return nil
+}
+
+// keyRange bounds the keys of a subtree: lo ≤ key < hi, nil unbounded.
+// bbolt finds where to read and write a key by comparing it with branch
+// keys, so a branch key out of its range would send a later write to the
+// wrong leaf.
+type keyRange struct{ lo, hi []byte }
+
+func (r keyRange) holds(k []byte) bool {
+	return (r.lo == nil || bytes.Compare(k, r.lo) >= 0) && (r.hi == nil || bytes.Compare(k, r.hi) < 0)
+}
+
+// page checks page id and, through it, every page below it: keys in
+// ascending order within r. depth bounds the recursion on top of the
+// cycle check.
+func (w *walker) page(id uint64, depth int, r keyRange) error {
+	if id < 2 || id >= w.m.high {
+		return fmt.Errorf("page id %d is outside 2..%d", id, w.m.high-1)
+	}
+	if w.seen[id] || depth > 64 {
+		return fmt.Errorf("page %d is reached twice", id)
+	}
+	p, err := w.span(id)
+	if err != nil {
+		return err
+	}
+	els, err := elements(id, p, r)
+	if err != nil {
+		return err
+	}
+	switch native.Uint16(p[8:]) {
+	case branchFlag:
+		if len(els) == 0 {
+			return fmt.Errorf("branch page %d has no elements", id)
+		}
+		for i, el := range els {
+			sub := keyRange{el.key, r.hi}
+			if i+1 < len(els) {
+				sub.hi = els[i+1].key
+			}
+			if err := w.page(native.Uint64(el.e[8:]), depth+1, sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	case leafFlag:
+		for _, el := range els {
+			if native.Uint32(el.e)&bucketFlag != 0 {
+				if err := w.bucket(id, el.value, depth); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("page %d has type %#x where a branch or leaf page belongs", id, native.Uint16(p[8:]))
+}
+
+// span returns the bytes of page id with its overflow pages, and marks
+// them seen.
+func (w *walker) span(id uint64) ([]byte, error) {
+	hdr, err := w.pf.read(id*w.m.pageSize, pageHeaderSize)
+	if err != nil {
+		return nil, err
+	}
+	overflow := uint64(native.Uint32(hdr[12:]))
+	if native.Uint64(hdr) != id {
+		return nil, fmt.Errorf("page %d says it is page %d", id, native.Uint64(hdr))
+	}
+	if overflow >= w.m.high-id {
+		return nil, fmt.Errorf("page %d overflows past the last page", id)
+	}
+	for i := id; i <= id+overflow; i++ {
+		if w.seen[i] {
+			return nil, fmt.Errorf("page %d is reached twice", i)
+		}
+		w.seen[i] = true
+	}
+	return w.pf.read(id*w.m.pageSize, (overflow+1)*w.m.pageSize)
+}
+
+// element is one element of a branch or leaf page: the element itself,
+// its key, and on a leaf page its value.
+type element struct{ e, key, value []byte }
+
+// elements returns the elements of page p (id for messages), checking that
+// they, their keys and their values lie within the page and that the keys
+// ascend within r.
+func elements(id uint64, p []byte, r keyRange) ([]element, error) {
+	count := uint64(native.Uint16(p[10:]))
+	if pageHeaderSize+count*elementSize > uint64(len(p)) {
+		return nil, fmt.Errorf("page %d: %d elements do not fit", id, count)
+	}
+	leaf := native.Uint16(p[8:]) == leafFlag
+	out := make([]element, count)
+	for i := range count {
+		at := pageHeaderSize + i*elementSize
+		// A branch element is pos, ksize, page id; a leaf element flags,
+		// pos, ksize, vsize. pos counts from the element.
+		e := p[at : at+elementSize]
+		start := at + uint64(native.Uint32(e))
+		ksize, vsize := uint64(native.Uint32(e[4:])), uint64(0)
+		if leaf {
+			start = at + uint64(native.Uint32(e[4:]))
+			ksize, vsize = uint64(native.Uint32(e[8:])), uint64(native.Uint32(e[12:]))
+		}
+		if start > uint64(len(p)) || ksize+vsize > uint64(len(p))-start {
+			return nil, fmt.Errorf("page %d: element %d points past the page", id, i)
+		}
+		out[i] = element{e, p[start : start+ksize], p[start+ksize : start+ksize+vsize]}
+		if !r.holds(out[i].key) || i > 0 && bytes.Compare(out[i-1].key, out[i].key) >= 0 {
+			return nil, fmt.Errorf("page %d: key %d is out of order", id, i)
+		}
+	}
+	return out, nil
+}
+
+// bucket checks the bucket whose value v a leaf of page id holds: an
+// inline page within the value, or a tree of its own.
+func (w *walker) bucket(id uint64, v []byte, depth int) error {
+	if len(v) < inBucketSize {
+		return fmt.Errorf("page %d: a bucket value is too short", id)
+	}
+	if root := native.Uint64(v); root != 0 {
+		return w.page(root, depth+1, keyRange{})
+	}
+	inline := v[inBucketSize:]
+	if len(inline) < pageHeaderSize || native.Uint16(inline[8:]) != leafFlag {
+		return fmt.Errorf("page %d: an inline bucket is not a leaf page", id)
+	}
+	els, err := elements(id, inline, keyRange{})
+	if err != nil {
+		return err
+	}
+	for _, el := range els {
+		if native.Uint32(el.e)&bucketFlag != 0 {
+			return fmt.Errorf("page %d: an inline bucket holds a bucket", id)
+		}
+	}
+	return nil
+}
+
+// freelist checks the freelist page: every page it lists lies within the
+// file, is listed once, and is not in use. bbolt hands out listed pages to
+// the next write, which would overwrite live data.
+func (w *walker) freelist() error {
+	id := w.m.freelist
+	if id < 2 || id >= w.m.high {
+		return fmt.Errorf("freelist page id %d is outside 2..%d", id, w.m.high-1)
+	}
+	if w.seen[id] {
+		return fmt.Errorf("the freelist page %d is in use", id)
+	}
+	p, err := w.span(id)
+	if err != nil {
+		return err
+	}
+	if native.Uint16(p[8:]) != freelistFlag {
+		return fmt.Errorf("page %d is not the freelist", id)
+	}
+	count, at := uint64(native.Uint16(p[10:])), uint64(pageHeaderSize)
+	if count == 0xFFFF {
+		count, at = native.Uint64(p[pageHeaderSize:]), at+8
+	}
+	if count > (uint64(len(p))-at)/8 {
+		return fmt.Errorf("the freelist's %d entries do not fit its page", count)
+	}
+	listed := map[uint64]bool{}
+	for i := range count {
+		free := native.Uint64(p[at+8*i:])
+		switch {
+		case free < 2 || free >= w.m.high:
+			return fmt.Errorf("the freelist lists page %d, outside 2..%d", free, w.m.high-1)
+		case w.seen[free]:
+			return fmt.Errorf("the freelist lists page %d, which is in use", free)
+		case listed[free]:
+			return fmt.Errorf("the freelist lists page %d twice", free)
+		}
+		listed[free] = true
+	}
+	return nil
+}
