@@ -32,6 +32,9 @@ func (f *addFlags) run(a *app, args []string) int {
 	if !ok {
 		return exitUsage
 	}
+	if err := caller.CheckOwnID(id); err != nil {
+		return a.usageErr("--id: %v", err)
+	}
 	if len(args) != 1 {
 		return a.usageErr("want one SPEC:N[,SPEC:N...] argument")
 	}

@@ -221,6 +221,11 @@ func (c Caller) Add(ctx context.Context, conf Config, id string, items []abnf.It
 	if numa != nil {
 		env = append(env, protocol.EnvNUMA+"="+abnf.FormatNUMA(numa))
 	}
+	return c.add(ctx, conf, env)
+}
+
+// add runs ADD with env and decodes the answer.
+func (c Caller) add(ctx context.Context, conf Config, env []string) (*Added, error) {
 	r, err := c.command(ctx, conf, protocol.CmdAdd, env...)
 	if err != nil {
 		return nil, err

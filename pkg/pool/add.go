@@ -25,6 +25,9 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 	defer done()
 
 	a := &adder{pool: p, call: c, pick: byCount(c.Locality, p.Strict, distances(c))}
+	if c.Pinned != nil {
+		a.pick = byKeys(c.Pinned, func(key string) string { return p.unusable(work, c, key) })
+	}
 	if err := st.Update(func(tx *store.Tx) error { return a.run(work, tx) }); err != nil {
 		a.undo(hold)
 		return nil, storeError(err)
@@ -134,12 +137,17 @@ func (a *adder) scan(ctx context.Context, tx *store.Tx) ([]Device, error) {
 }
 
 // replay answers an item the request already holds, which must be asked
-// for again unchanged (else 104). A pinned ADD would compare its keys with
-// the recorded ones here too.
+// for again unchanged (else 104): the same amount and, for a pinned ADD,
+// the same devices.
 func (a *adder) replay(old store.Allocation, item abnf.Item) error {
 	if old.Amount != item.Amount {
 		return protocol.Errorf(protocol.CodeConflict, "request %q already holds %d of %s; asked for %d",
 			a.call.RequestID, old.Amount, old.Spec, item.Amount)
+	}
+	if a.call.Pinned != nil {
+		if err := samePinned(a.call.RequestID, old, a.call.Pinned); err != nil {
+			return err
+		}
 	}
 	a.held = append(a.held, answer{old, false})
 	return nil

@@ -14,10 +14,9 @@ import (
 // picker chooses the devices of one request item among devs, the usable
 // devices present, in discovery order; free reports whether a device may
 // be handed out (no request holds it and no earlier item of this request
-// took it). byCount is the only way of choosing today. A pinned ADD
-// (CDI_REQUEST_DEVICES) is a second picker that takes the named keys in
-// their order, telling an unknown key from a held one by free, together
-// with its own check in adder.replay.
+// took it). byCount chooses by count; byKeys (pin.go) takes the devices a
+// pinned ADD names (CDI_REQUEST_DEVICES), and adder.replay checks a
+// replayed pinned item against the recorded keys.
 type picker func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error)
 
 // byCount chooses item.Amount free devices by alloc's rules

@@ -164,11 +164,13 @@ type step struct {
 	id      string
 	request string
 	numa    []int
+	pinned  []string // ADD: CDI_REQUEST_DEVICES
 	valid   []string // GC
 
 	before func(h *host) // changes the host first
 
 	code    int      // expected protocol code, 0 for success
+	detail  string   // a text the error must contain
 	devices []string // ADD: the nodes answered
 	local   []int    // ADD: the NUMA nodes answered
 	freed   []string // GC
@@ -183,7 +185,9 @@ func (e *env) run(i int, s step) {
 	switch s.cmd {
 	case "", protocol.CmdAdd:
 		var res *skel.AddResult
-		res, err = e.add(s.id, s.request, s.numa...)
+		c := e.call(protocol.CmdAdd, s.id, s.request, s.numa)
+		c.Pinned = s.pinned
+		res, err = e.pool.Add(context.Background(), c)
 		if err == nil && (!slices.Equal(res.Devices, s.devices) || !slices.Equal(res.NUMA, s.local)) {
 			e.t.Errorf("step %d: ADD %s %s = %v numa %v; want %v numa %v", i, s.id, s.request, res.Devices, res.NUMA, s.devices, s.local)
 		}
@@ -198,6 +202,9 @@ func (e *env) run(i int, s step) {
 	}
 	if code(err) != s.code {
 		e.t.Errorf("step %d: %s %s: error %v; want code %d", i, s.cmd, s.id, err, s.code)
+	}
+	if s.detail != "" && (err == nil || !strings.Contains(err.Error(), s.detail)) {
+		e.t.Errorf("step %d: %s %s: error %v; want it to say %q", i, s.cmd, s.id, err, s.detail)
 	}
 }
 
@@ -320,19 +327,24 @@ func TestCommands(t *testing.T) {
 			for i, s := range tt.steps {
 				e.run(i, s)
 			}
-			if tt.after == nil {
-				return
-			}
-			got := e.records()
-			if len(got) != len(tt.after) {
-				t.Errorf("store holds %v; want %v", got, tt.after)
-			}
-			for id, keys := range tt.after {
-				if !slices.Equal(got[id], keys) {
-					t.Errorf("store: %s holds %v; want %v", id, got[id], keys)
-				}
+			if tt.after != nil {
+				e.wantStore(tt.after)
 			}
 		})
+	}
+}
+
+// wantStore checks that the store holds exactly want: request-id → keys.
+func (e *env) wantStore(want map[string][]string) {
+	e.t.Helper()
+	got := e.records()
+	if len(got) != len(want) {
+		e.t.Errorf("store holds %v; want %v", got, want)
+	}
+	for id, keys := range want {
+		if !slices.Equal(got[id], keys) {
+			e.t.Errorf("store: %s holds %v; want %v", id, got[id], keys)
+		}
 	}
 }
 

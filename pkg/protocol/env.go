@@ -9,17 +9,20 @@ import (
 
 // Environment variables (docs/protocol.md#environment-variables).
 const (
-	EnvCommand     = "CDI_COMMAND"
-	EnvVersion     = "CDI_VERSION"
-	EnvRequest     = "CDI_REQUEST"
-	EnvRequestID   = "CDI_REQUEST_ID"
-	EnvNUMA        = "CDI_REQUEST_NUMA_LOCALITY"
-	EnvValidIDs    = "CDI_VALID_REQUEST_IDS"
-	EnvHostRoot    = "CDI_HOST_ROOT"
-	EnvStateDir    = "CDI_STATE_DIR"
-	EnvPath        = "CDI_PATH"
-	EnvConfDir     = "CDI_CONF_DIR"
-	EnvLockTimeout = "CDI_LOCK_TIMEOUT"
+	EnvCommand   = "CDI_COMMAND"
+	EnvVersion   = "CDI_VERSION"
+	EnvRequest   = "CDI_REQUEST"
+	EnvRequestID = "CDI_REQUEST_ID"
+	EnvNUMA      = "CDI_REQUEST_NUMA_LOCALITY"
+	// EnvRequestDevices names the exact devices of a pinned ADD
+	// (docs/protocol.md#extension-pinned-add).
+	EnvRequestDevices = "CDI_REQUEST_DEVICES"
+	EnvValidIDs       = "CDI_VALID_REQUEST_IDS"
+	EnvHostRoot       = "CDI_HOST_ROOT"
+	EnvStateDir       = "CDI_STATE_DIR"
+	EnvPath           = "CDI_PATH"
+	EnvConfDir        = "CDI_CONF_DIR"
+	EnvLockTimeout    = "CDI_LOCK_TIMEOUT"
 )
 
 // Defaults of the shared environment variables.

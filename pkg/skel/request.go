@@ -77,5 +77,29 @@ func (d Dispatcher) parseAdd(about About, c *Call) error {
 			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_NUMA_LOCALITY: %w", err)
 		}
 	}
+	return d.parsePinned(c)
+}
+
+// parsePinned reads CDI_REQUEST_DEVICES, after every other check of the
+// request: the keys must obey their grammar, and the request must hold
+// exactly one item whose amount is the number of keys
+// (docs/protocol.md#extension-pinned-add).
+func (d Dispatcher) parsePinned(c *Call) error {
+	raw := d.Getenv(protocol.EnvRequestDevices)
+	if raw == "" {
+		return nil
+	}
+	keys, err := abnf.ParseDeviceKeys(raw)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_DEVICES: %w", err)
+	}
+	items := c.Request.Items
+	if len(items) != 1 {
+		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_DEVICES needs a CDI_REQUEST of exactly one item, got %d", len(items))
+	}
+	if items[0].Amount != len(keys) {
+		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_DEVICES names %d devices, CDI_REQUEST asks for %d of %s", len(keys), items[0].Amount, items[0].Spec)
+	}
+	c.Pinned = keys
 	return nil
 }

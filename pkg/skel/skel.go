@@ -28,6 +28,9 @@ type Call struct {
 	// Locality lists the requested NUMA nodes; it is nil when
 	// CDI_REQUEST_NUMA_LOCALITY was not given.
 	Locality []int
+	// Pinned lists the device keys of a pinned ADD, in the caller's
+	// order; it is nil when CDI_REQUEST_DEVICES was not given.
+	Pinned []string
 	// ValidIDs is the set of request-ids a GC must keep.
 	ValidIDs map[string]bool
 	// Stderr receives warnings meant for logs.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/invoke"
@@ -143,10 +144,16 @@ func (p *plugin) runDelegate(ctx context.Context, c *skel.Call, plugin, id strin
 	return invoke.Run(ctx, invoke.Call{Plugin: plugin, Path: c.Env.Path, Env: env, Config: conf})
 }
 
-// delegateAdd runs the delegate's ADD for the chosen VFs.
+// delegateAdd runs the delegate's ADD for the chosen VFs. A pinned ADD
+// pins the delegate to the same VFs, in the same order.
 func (p *plugin) delegateAdd(ctx context.Context, c *skel.Call, item abnf.Item, addrs []string) ([]string, error) {
+	pinned := ""
+	if c.Pinned != nil {
+		pinned = strings.Join(addrs, ",")
+	}
 	r, err := p.runDelegate(ctx, c, p.delegate.Plugin, c.RequestID, addrs, protocol.EnvCommand+"="+protocol.CmdAdd,
-		fmt.Sprintf("%s=%s:%d", protocol.EnvRequest, item.Spec, len(addrs)), protocol.EnvNUMA+"="+abnf.FormatNUMA(c.Locality))
+		fmt.Sprintf("%s=%s:%d", protocol.EnvRequest, item.Spec, len(addrs)), protocol.EnvNUMA+"="+abnf.FormatNUMA(c.Locality),
+		protocol.EnvRequestDevices+"="+pinned)
 	if err != nil {
 		return nil, delegateError(p.delegate.Plugin, err)
 	}
@@ -159,7 +166,7 @@ func (p *plugin) delegateAdd(ctx context.Context, c *skel.Call, item abnf.Item, 
 
 // delegateDel runs the delegate's DEL; an unknown request-id is fine.
 func (p *plugin) delegateDel(ctx context.Context, c *skel.Call, plugin, id string, addrs []string) error {
-	_, err := p.runDelegate(ctx, c, plugin, id, addrs, protocol.EnvCommand+"="+protocol.CmdDel, protocol.EnvRequest+"=", protocol.EnvNUMA+"=")
+	_, err := p.runDelegate(ctx, c, plugin, id, addrs, protocol.EnvCommand+"="+protocol.CmdDel, protocol.EnvRequest+"=", protocol.EnvNUMA+"=", protocol.EnvRequestDevices+"=")
 	var pe *invoke.Error
 	if errors.As(err, &pe) && pe.Code == protocol.CodeUnknownRequestID {
 		return nil

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/cdi-exec/plugins/pkg/buildinfo"
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// env is the process state the command runs against.
+type env struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+const usageText = `Usage: cdi-kubelet-plugin device-plugin [flags]
+
+Serves every resource type configured for the CDI exec plugins (or only the
+--type given) to the kubelet as the device-plugin resource <prefix>/<type>.
+Environment: CDI_PATH (plugins), CDI_STATE_DIR, CDI_HOST_ROOT (passed on to
+the plugins), CDI_CONF_DIR (default of --conf-dir).
+
+Flags:
+`
+
+func run(ctx context.Context, args []string, e env) int {
+	if buildinfo.PrintIfAsked(args, e.stdout, "cdi-kubelet-plugin", protocol.SupportedVersions()) {
+		return exitOK
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		out := e.stdout
+		if len(args) == 0 {
+			out = e.stderr
+		}
+		fs, _ := flags(e)
+		fs.SetOutput(out)
+		fmt.Fprint(out, usageText)
+		fs.PrintDefaults()
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	if args[0] != "device-plugin" {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin: unknown mode %q; the only mode is device-plugin\n", args[0])
+		return exitUsage
+	}
+	fs, opt := flags(e)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usageText); fs.PrintDefaults() }
+	for _, a := range args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(e.stdout) // help that was asked for goes to stdout
+		}
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin device-plugin: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if err := validate(opt); err != nil {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin device-plugin: %v\n", err)
+		return exitUsage
+	}
+	opt.Log = slog.New(slog.NewTextHandler(e.stderr, nil))
+	b, err := bridge.New(*opt)
+	if err != nil {
+		opt.Log.Error("cannot start", "err", err)
+		return exitFailed
+	}
+	if err := b.Run(ctx); err != nil {
+		opt.Log.Error("stopped", "err", err)
+		return exitFailed
+	}
+	opt.Log.Info("stopped")
+	return exitOK
+}
+
+// flags defines the device-plugin mode's flags over the options.
+func flags(e env) (*flag.FlagSet, *bridge.Options) {
+	confDir := e.getenv("CDI_CONF_DIR")
+	if confDir == "" {
+		confDir = protocol.DefaultConfDir
+	}
+	path := e.getenv("CDI_PATH")
+	if path == "" {
+		path = protocol.DefaultPath
+	}
+	opt := &bridge.Options{Caller: caller.Caller{Path: path}}
+	fs := flag.NewFlagSet("cdi-kubelet-plugin device-plugin", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.StringVar(&opt.ConfDir, "conf-dir", confDir, "plugin configs, `DIR`/<type>.d/*.conf")
+	fs.Func("type", "serve only resource type `T` (repeatable; default: every configured type)", func(s string) error {
+		opt.Types = append(opt.Types, s)
+		return nil
+	})
+	fs.StringVar(&opt.Prefix, "resource-prefix", bridge.DefaultPrefix, "resources are named `PREFIX`/<type>")
+	fs.StringVar(&opt.KubeletDir, "kubelet-dir", bridge.DefaultKubeletDir, "the kubelet's root `DIR` (device-plugins/, pod-resources/)")
+	fs.StringVar(&opt.CDISpecDir, "cdi-spec-dir", cdispec.DefaultDir, "CDI spec `DIR` for configs without a cdi_spec arg")
+	fs.DurationVar(&opt.Poll, "poll-interval", bridge.DefaultPoll, "how often the plugins' DEVICES are listed")
+	fs.DurationVar(&opt.GCInterval, "gc-interval", bridge.DefaultGCInterval, "how often the kubelet's PodResources are scanned")
+	fs.DurationVar(&opt.Grace, "gc-grace", bridge.DefaultGrace, "how long an allocation must be absent (and unallocated) before it is freed")
+	fs.DurationVar(&opt.Caller.Timeout, "plugin-timeout", 30*time.Second, "bound on one plugin run")
+	return fs, opt
+}
+
+// validate checks the flags' values.
+func validate(opt *bridge.Options) error {
+	for name, d := range map[string]time.Duration{
+		"--poll-interval": opt.Poll, "--gc-interval": opt.GCInterval, "--plugin-timeout": opt.Caller.Timeout,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%s must be positive, got %v", name, d)
+		}
+	}
+	if opt.Grace < 0 {
+		return fmt.Errorf("--gc-grace must not be negative, got %v", opt.Grace)
+	}
+	if strings.Contains(opt.Prefix, "/") {
+		return fmt.Errorf("--resource-prefix %q must not contain /", opt.Prefix)
+	}
+	return nil
+}

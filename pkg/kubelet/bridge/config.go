@@ -1,0 +1,70 @@
+package bridge
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/cdispec"
+)
+
+// configs loads the plugin configs under dir, grouped by resource type in
+// load order, keeping only types when any are given. Each config without a
+// cdi_spec arg gets one (kind <prefix>/<type> in specDir), so that every
+// allocation has a CDI spec file for the runtime.
+func configs(dir string, types []string, prefix, specDir string) (map[string][]caller.Config, []caller.Problem, error) {
+	confs, probs := caller.Load(dir)
+	byType := map[string][]caller.Config{}
+	for _, c := range confs {
+		if len(types) > 0 && !slices.Contains(types, c.Type) {
+			continue
+		}
+		raw, err := withSpec(c.Raw, prefix+"/"+c.Type, specDir)
+		if err != nil {
+			probs = append(probs, caller.Problem{File: c.File, Err: err})
+			continue
+		}
+		c.Raw = raw
+		byType[c.Type] = append(byType[c.Type], c)
+	}
+	for _, t := range types {
+		if len(byType[t]) == 0 {
+			return nil, probs, fmt.Errorf("no usable config of type %q under %s", t, dir)
+		}
+	}
+	if len(byType) == 0 {
+		return nil, probs, fmt.Errorf("no usable config under %s", dir)
+	}
+	return byType, probs, nil
+}
+
+// withSpec returns the config with a cdi_spec arg of kind in dir added,
+// unless it has one.
+func withSpec(raw []byte, kind, dir string) ([]byte, error) {
+	var conf map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &conf); err != nil {
+		return nil, err
+	}
+	args := map[string]json.RawMessage{}
+	if a, ok := conf["args"]; ok && string(a) != "null" {
+		if err := json.Unmarshal(a, &args); err != nil {
+			return nil, fmt.Errorf("args: %w", err)
+		}
+	}
+	if _, ok := args["cdi_spec"]; ok {
+		return raw, nil
+	}
+	spec, err := json.Marshal(cdispec.Config{Kind: kind, Dir: dir})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cdispec.Parse(spec); err != nil {
+		return nil, fmt.Errorf("--resource-prefix or --cdi-spec-dir: %w", err)
+	}
+	args["cdi_spec"] = spec
+	if conf["args"], err = json.Marshal(args); err != nil {
+		return nil, err
+	}
+	return json.Marshal(conf)
+}

@@ -1,0 +1,205 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/kubelet/kubelettest"
+	"github.com/cdi-exec/plugins/test/fixture"
+	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// binDir holds the plugin binaries: $CDI_TEST_BIN_DIR (make test sets it),
+// or a fresh build.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bridge test setup:", err)
+		os.Exit(2)
+	}
+	os.Exit(code)
+}
+
+func setup(m *testing.M) (int, error) {
+	binDir = os.Getenv("CDI_TEST_BIN_DIR")
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "cdi-bridge-bin")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		cmd := exec.Command("go", "build", "-o", dir+"/", "../../../plugins/...")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			return 0, fmt.Errorf("building plugins: %w", err)
+		}
+		binDir = dir
+	}
+	abs, err := filepath.Abs(binDir)
+	binDir = abs
+	if err != nil {
+		return 0, err
+	}
+	return m.Run(), nil
+}
+
+// node is a fixture host, its plugin configs and state, a fake kubelet and
+// a bridge serving them.
+type node struct {
+	t       *testing.T
+	root    string // CDI_HOST_ROOT
+	state   string // CDI_STATE_DIR
+	conf    string // conf dir
+	specDir string
+	kubelet *kubelettest.Kubelet
+	bridge  *Bridge
+	done    chan error
+	stop    context.CancelFunc
+}
+
+// newNode lays out the host and writes the configs, as "<type>.d/<name>"
+// → content.
+func newNode(t *testing.T, h fixture.Host, confs map[string]string) *node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &node{t: t, root: filepath.Join(dir, "host"), state: filepath.Join(dir, "state"),
+		conf: filepath.Join(dir, "conf"), specDir: filepath.Join(dir, "cdi")}
+	if err := os.MkdirAll(n.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Build(n.root); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range confs {
+		p := filepath.Join(n.conf, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The plugins inherit these from the bridge's environment.
+	t.Setenv("CDI_HOST_ROOT", n.root)
+	t.Setenv("CDI_STATE_DIR", n.state)
+	n.kubelet = kubelettest.Start(t)
+	return n
+}
+
+// options are the bridge's options for the node. Scans and polls happen
+// only when a test asks for them, unless it sets intervals itself.
+func (n *node) options() Options {
+	return Options{
+		ConfDir: n.conf, Prefix: "cdi-exec.io", KubeletDir: n.kubelet.Root, CDISpecDir: n.specDir,
+		Caller: caller.Caller{Path: binDir, Timeout: 20 * time.Second},
+		Poll:   time.Hour, GCInterval: time.Hour, Grace: time.Minute, Watch: 10 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(testWriter{n.t}, nil)),
+	}
+}
+
+// start runs a bridge with opt until the test ends.
+func (n *node) start(opt Options) {
+	n.t.Helper()
+	b, err := New(opt)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.bridge, n.done, n.stop = b, make(chan error, 1), cancel
+	go func() { n.done <- b.Run(ctx) }()
+	n.t.Cleanup(func() { n.shutdown() })
+}
+
+// shutdown stops the bridge and returns what Run returned.
+func (n *node) shutdown() error {
+	n.stop()
+	select {
+	case err := <-n.done:
+		n.done <- err // for a second call
+		return err
+	case <-time.After(time.Minute):
+		n.t.Fatal("bridge did not stop within a minute")
+		return nil
+	}
+}
+
+// register waits for the next registration with the fake kubelet.
+func (n *node) register() *api.RegisterRequest {
+	n.t.Helper()
+	select {
+	case r := <-n.kubelet.Registrations:
+		return r
+	case <-time.After(time.Minute):
+		n.t.Fatal("no registration within a minute")
+		return nil
+	}
+}
+
+// plugin runs a plugin binary as a caller other than the bridge would.
+func (n *node) plugin(name, conf string, env ...string) map[string]any {
+	n.t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, name))
+	cmd.Env = append([]string{"CDI_HOST_ROOT=" + n.root, "CDI_STATE_DIR=" + n.state, "CDI_PATH=" + binDir}, env...)
+	cmd.Stdin = strings.NewReader(conf)
+	out, _ := cmd.Output()
+	var m map[string]any
+	if len(out) > 0 {
+		if err := json.Unmarshal(out, &m); err != nil {
+			n.t.Fatalf("%s: %v: %s", name, err, out)
+		}
+	}
+	return m
+}
+
+// testWriter sends the bridge's log lines to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// held returns the device keys id holds in a plugin's store, or every
+// held key when id is "", read through the plugin's DEVICES.
+func (n *node) held(t *testing.T, plugin, id string) []string {
+	t.Helper()
+	var conf string
+	switch plugin {
+	case "generic-tty":
+		conf = ttyConf
+	case "drm":
+		conf = gpuConf
+	}
+	out := n.plugin(plugin, conf, "CDI_COMMAND=DEVICES")
+	var keys []string
+	for _, d := range out["devices"].([]any) {
+		m := d.(map[string]any)
+		if h, _ := m["heldBy"].(string); h != "" && (id == "" || h == id) {
+			keys = append(keys, m["key"].(string))
+		}
+	}
+	return keys
+}
+
+// specFiles lists the spec files of a request-id in the node's CDI spec
+// directory, whatever store owns them (docs/cdi-bridge.md).
+func (n *node) specFiles(id string) []string {
+	n.t.Helper()
+	files, err := filepath.Glob(filepath.Join(n.specDir, "cdi-exec.io-tty_"+id+"_*.json"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return files
+}

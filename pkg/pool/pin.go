@@ -1,0 +1,76 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/skel"
+	"github.com/cdi-exec/plugins/pkg/store"
+)
+
+// byKeys is the picker of a pinned ADD (docs/protocol.md#extension-pinned-add): it
+// takes exactly the devices named by keys, in their order, and makes no
+// choice of its own, so locality and a strict NUMA policy do not apply.
+// Every key that cannot be handed out is named in one code 103: held by
+// another request, or not among the usable devices, with why (the
+// plugin's inventory says, when it has one).
+func byKeys(keys []string, why func(key string) string) picker {
+	return func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error) {
+		var chosen []Device
+		var bad []string
+		for _, k := range keys {
+			i := slices.IndexFunc(devs, func(d Device) bool { return d.Key == k })
+			switch {
+			case !free(k):
+				bad = append(bad, k+": held by another request")
+			case i < 0:
+				bad = append(bad, k+": "+why(k))
+			default:
+				chosen = append(chosen, devs[i])
+			}
+		}
+		if len(bad) > 0 {
+			return nil, protocol.Errorf(protocol.CodeInsufficient, "%s: %s", item.Spec, strings.Join(bad, "; "))
+		}
+		return chosen, nil
+	}
+}
+
+// unusable says why key is not among the usable devices, from the
+// plugin's inventory when it has one.
+func (p Pool) unusable(ctx context.Context, c *skel.Call, key string) string {
+	if p.Inventory == nil {
+		return "no such device"
+	}
+	devs, err := p.Inventory(ctx, c)
+	if err != nil {
+		return fmt.Sprintf("no such device (the inventory failed: %v)", err)
+	}
+	for _, d := range devs {
+		if d.Key == key && d.Reason != "" {
+			return d.Reason
+		}
+	}
+	return "no such device"
+}
+
+// samePinned checks a replayed pinned item: the request must name the
+// devices recorded, in any order (else 104).
+func samePinned(id string, old store.Allocation, keys []string) error {
+	had := make([]string, len(old.Devices))
+	for i, d := range old.Devices {
+		had[i] = d.Key
+	}
+	want := slices.Clone(keys)
+	slices.Sort(had)
+	slices.Sort(want)
+	if !slices.Equal(had, want) {
+		return protocol.Errorf(protocol.CodeConflict, "request %q already holds %s of %s; asked for %s",
+			id, strings.Join(had, ","), old.Spec, strings.Join(keys, ","))
+	}
+	return nil
+}
