@@ -304,7 +304,7 @@ func prepare(work, binDir string) ([]scenario, error) {
 		}
 	}
 	conf := func(rel string) string {
-		b, err := os.ReadFile(filepath.Join("conf", rel))
+		b, err := os.ReadFile(filepath.Join("demo", "conf", rel))
 		if err != nil {
 			panic(err) // the bundled configs are part of the repository
 		}
