@@ -33,6 +33,9 @@ func Main(about About) {
 // hand, the plugin prints one line on stderr saying what it is and how it
 // is called, and exits 1.
 func (d Dispatcher) Run(ctx context.Context, about About) int {
+	if d.versionFlag(about) {
+		return 0
+	}
 	if d.byHand() {
 		fmt.Fprint(d.Stderr, usage(about))
 		return 1

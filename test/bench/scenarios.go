@@ -240,7 +240,7 @@ func demoScenarios(work, tty, drm string) ([]scenario, error) {
 		return nil, err
 	}
 	read := func(rel string) (string, error) {
-		b, err := os.ReadFile(filepath.Join("conf", rel))
+		b, err := os.ReadFile(filepath.Join("demo", "conf", rel))
 		return string(b), err
 	}
 	ttyConf, err := read("tty.d/generic-tty.conf")
