@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
@@ -93,9 +94,12 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, free func(string) 
 // after it was checked live (docs/performance.md#discovery-cache).
 func (a *adder) choose(ctx context.Context, item abnf.Item, free func(string) bool) ([]Device, [][]string, error) {
 	bad := map[string]bool{}
-	usable := func(key string) bool { return !bad[key] && free(key) }
 	for {
-		chosen, err := a.pick(item, a.devs, usable)
+		devs := a.devs
+		if len(bad) > 0 { // left out as not usable, not as held (a pinned ADD says which)
+			devs = slices.DeleteFunc(slices.Clone(devs), func(d Device) bool { return bad[d.Key] })
+		}
+		chosen, err := a.pick(item, devs, free)
 		if err != nil || a.pool.Handout != nil {
 			return chosen, nil, err
 		}

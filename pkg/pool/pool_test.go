@@ -763,3 +763,23 @@ func TestAddLiveCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestPinnedLiveCheck: a pinned device that fails its live check even
+// after the rescan is refused as not usable, with what the check found,
+// not as held by another request.
+func TestPinnedLiveCheck(t *testing.T) {
+	e := newEnv(t, &host{})
+	e.pool.Discover = func(_ context.Context, _ *skel.Call, scan Scan) ([]Device, error) {
+		return []Device{{Key: "g0", NUMA: 0, Nodes: []string{"/dev/g0"},
+			Resolve: func() ([]string, error) { return nil, errors.New("its node is not the device sysfs describes") }}}, nil
+	}
+	e.pool.Inventory = func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+		return []protocol.DeviceInfo{{Key: "g0", Reason: "its node is not the device sysfs describes"}}, nil
+	}
+	c := e.call(protocol.CmdAdd, "a", "gpu:1", nil)
+	c.Pinned = []string{"g0"}
+	_, err := e.pool.Add(context.Background(), c)
+	if code(err) != protocol.CodeInsufficient || strings.Contains(err.Error(), "held") || !strings.Contains(err.Error(), "sysfs describes") {
+		t.Fatalf("ADD = %v", err)
+	}
+}
