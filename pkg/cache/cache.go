@@ -28,7 +28,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cdi-exec/plugins/pkg/sysfs"
+	"github.com/cdi-exec/plugins/pkg/dirent"
 )
 
 // Watch says where a host shows its devices. Paths are host paths (under
@@ -48,7 +48,7 @@ type Watch struct {
 	// Dev are devtmpfs directories whose modification time is compared
 	// every time, and whose entries are compared when it moved.
 	Dev []string
-	// List lists a directory as sysfs.ListDir does (the default). A
+	// List lists a directory as dirent.List does (the default). A
 	// plugin passes its sysfs.Host's List, so that the stamp of a scan
 	// and the scan itself read each directory once, and the same.
 	List func(dir string, fn func(name []byte, ino uint64, typ uint8)) error
@@ -201,7 +201,7 @@ func (c *Cache) sweep() {
 	prefix := c.name + ".tmp-"
 	cutoff := time.Now().Add(-time.Minute).Unix()
 	var stale []string
-	_ = sysfs.ListDir(c.dir, func(name []byte, _ uint64, _ uint8) {
+	_ = dirent.List(c.dir, func(name []byte, _ uint64, _ uint8) {
 		if strings.HasPrefix(string(name), prefix) {
 			stale = append(stale, string(name))
 		}

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cdi-exec/plugins/pkg/sysfs"
+	"github.com/cdi-exec/plugins/pkg/dirent"
 )
 
 // Stamp is the state of the host's device listings at one moment, as far
@@ -119,7 +119,7 @@ func equal(a, b []listing) bool {
 func (c *Cache) list(dir string) (listing, error) {
 	ls := c.watch.List
 	if ls == nil {
-		ls = sysfs.ListDir
+		ls = dirent.List
 	}
 	var l listing
 	err := ls(dir, func(name []byte, ino uint64, typ uint8) {

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/dirent"
 )
 
 // Host is a view of a machine's /sys and /dev below Root. It remembers the
@@ -30,7 +32,7 @@ func NewHost(root string) *Host {
 	return &Host{Root: root}
 }
 
-// List calls fn for every entry of dir as ListDir does, reading the
+// List calls fn for every entry of dir as dirent.List does, reading the
 // directory once per Host: later calls replay the first listing, so that
 // whoever looks at a directory during one command (discovery, and the
 // discovery cache's stamp of the same moment) sees the same entries.
@@ -38,7 +40,7 @@ func (h *Host) List(dir string, fn func(name []byte, ino uint64, typ uint8)) err
 	recs, ok := h.listed[dir]
 	if !ok {
 		var err error
-		if recs, err = readDirents(dir); err != nil {
+		if recs, err = dirent.Read(dir); err != nil {
 			return err
 		}
 		if h.listed == nil {
@@ -46,7 +48,7 @@ func (h *Host) List(dir string, fn func(name []byte, ino uint64, typ uint8)) err
 		}
 		h.listed[dir] = recs
 	}
-	eachDirent(recs, fn)
+	dirent.Each(recs, fn)
 	return nil
 }
 

@@ -2,12 +2,12 @@ package sysfs
 
 import (
 	"bytes"
-	"encoding/binary"
 	"os"
-	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/dirent"
 )
 
 // readFile reads a small file with plain system calls. Files are opened
@@ -52,79 +52,21 @@ func readDirNames(path string) ([]string, error) {
 	return names, err
 }
 
-// dirent is a directory entry: its name and the type the file system
+// entry is a directory entry: its name and the type the file system
 // reports (unix.DT_*; DT_UNKNOWN when it reports none).
-type dirent struct {
+type entry struct {
 	name string
 	typ  uint8
 }
 
 // readDirTypes lists a directory with the entry types the file system
 // reports, without a stat per entry.
-func readDirTypes(path string) ([]dirent, error) {
-	var out []dirent
-	err := ListDir(path, func(name []byte, _ uint64, typ uint8) {
-		out = append(out, dirent{name: string(name), typ: typ})
+func readDirTypes(path string) ([]entry, error) {
+	var out []entry
+	err := dirent.List(path, func(name []byte, _ uint64, typ uint8) {
+		out = append(out, entry{name: string(name), typ: typ})
 	})
 	return out, err
-}
-
-// ListDir calls fn for every entry of a directory (without "." and ".."),
-// in the order the file system lists them, with its inode number and the
-// type it reports (unix.DT_*). name is only valid during the call. The
-// directory is read with getdents64: no stat, no allocation per entry.
-func ListDir(path string, fn func(name []byte, ino uint64, typ uint8)) error {
-	recs, err := readDirents(path)
-	if err != nil {
-		return err
-	}
-	eachDirent(recs, fn)
-	return nil
-}
-
-// readDirents reads a directory's raw getdents64 records.
-func readDirents(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 0, 8<<10)
-	for {
-		if cap(buf)-len(buf) < 1024 {
-			buf = slices.Grow(buf, cap(buf))
-		}
-		n, err := unix.ReadDirent(fd, buf[len(buf):cap(buf)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "readdirent", Path: path, Err: err}
-		}
-		if n <= 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-}
-
-// eachDirent walks the records of a getdents64 buffer: struct
-// linux_dirent64 is ino u64, off s64, reclen u16, type u8, then the name.
-func eachDirent(b []byte, fn func(name []byte, ino uint64, typ uint8)) {
-	for len(b) >= 19 {
-		reclen := int(b[16]) | int(b[17])<<8
-		if reclen < 19 || reclen > len(b) {
-			return
-		}
-		name := b[19:reclen]
-		if i := bytes.IndexByte(name, 0); i >= 0 {
-			name = name[:i]
-		}
-		if !(len(name) == 1 && name[0] == '.' || len(name) == 2 && name[0] == '.' && name[1] == '.') {
-			fn(name, binary.LittleEndian.Uint64(b[0:8]), b[18])
-		}
-		b = b[reclen:]
-	}
 }
 
 // trim drops surrounding white space, as sysfs attributes end in a newline.
