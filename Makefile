@@ -2,21 +2,41 @@
 # `make test` is what CI runs.
 
 GO          ?= go
-PREFIX      ?= /opt/cdi
+BIN         ?= bin
 DESTDIR     ?=
-BINDIR      := $(DESTDIR)$(PREFIX)/bin
+# Plugins go to $(PREFIX)/bin, where callers look for them (CDI_PATH);
+# cdictl and the other tools from cmd/ go to $(BINPREFIX), on the PATH.
+PREFIX      ?= /opt/cdi
+BINPREFIX   ?= /usr/local/bin
+CONFDIR     ?= /etc/cdi
+PLUGINDIR   := $(DESTDIR)$(PREFIX)/bin
+TOOLDIR     := $(DESTDIR)$(BINPREFIX)
+PLUGINS     := $(notdir $(wildcard plugins/*))
+TOOLS       := $(notdir $(wildcard cmd/*))
+CONFS       := $(wildcard conf/*.d/*.conf)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+NFPM        := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.2
 FUZZTIME    ?= 20s
 
-export CGO_ENABLED := 0
-GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
+# The version stamped into every binary (docs/operations.md#versions).
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell scripts/version.sh)
+endif
+ifeq ($(origin COMMIT),undefined)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+endif
+BUILDINFO := github.com/cdi-exec/plugins/pkg/buildinfo
 
-.PHONY: all build install test e2e-repeat unit lint demo bench fuzz clean
+export CGO_ENABLED := 0
+GOFLAGS_BUILD := -trimpath -buildvcs=auto \
+	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
+
+.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster unit lint demo bench fuzz clean
 
 all: build
 
 build:
-	$(GO) build $(GOFLAGS_BUILD) -o bin/ ./plugins/... ./cmd/...
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./plugins/... ./cmd/...
 
 # The node image (Containerfile, deploy/): the static binaries of bin/ and
 # nothing else, FROM scratch, so it needs no network.
@@ -24,22 +44,60 @@ IMAGE        ?= localhost/cdi-exec/plugins:dev
 PODMAN       ?= podman
 PODMAN_FLAGS ?=
 image: build
-	$(PODMAN) $(PODMAN_FLAGS) build --pull=never --network=none -f Containerfile -t $(IMAGE) bin
+	$(PODMAN) $(PODMAN_FLAGS) build --pull=never --network=none -f Containerfile -t $(IMAGE) $(BIN)
 
 install: build
-	install -d $(BINDIR)
-	install -m 0755 bin/* $(BINDIR)/
+	install -d "$(PLUGINDIR)" "$(TOOLDIR)"
+	install -m 0755 $(addprefix $(BIN)/,$(PLUGINS)) "$(PLUGINDIR)/"
+	install -m 0755 $(addprefix $(BIN)/,$(TOOLS)) "$(TOOLDIR)/"
+
+# Copies conf/<type>.d/*.conf to $(CONFDIR)/<type>.d/, never overwriting a
+# file that is there; conf/examples/ is never installed.
+install-conf:
+	@for f in $(CONFS); do \
+	  d="$(DESTDIR)$(CONFDIR)/$$(basename "$$(dirname "$$f")")"; t="$$d/$$(basename "$$f")"; \
+	  if [ -e "$$t" ] || [ -L "$$t" ]; then echo "skipped $$t: it exists"; continue; fi; \
+	  install -d "$$d" && install -m 0644 "$$f" "$$t" && echo "installed $$t" || exit 1; \
+	done
+
+# Removes exactly the binaries install put there, and $(PREFIX)/bin and
+# $(PREFIX) if that leaves them empty. Configs and state stay.
+uninstall:
+	rm -f $(addprefix "$(PLUGINDIR)"/,$(PLUGINS)) $(addprefix "$(TOOLDIR)"/,$(TOOLS))
+	@for d in "$(PLUGINDIR)" "$(DESTDIR)$(PREFIX)"; do \
+	  if [ -d "$$d" ]; then rmdir --ignore-fail-on-non-empty "$$d"; fi; \
+	done
+
+# A Debian package of the binaries and configs (conffiles), built with nfpm
+# from a staged tree; third-party license files are gathered beside ours.
+DEB_VERSION ?= $(shell scripts/version.sh --deb)
+DEB_ARCH    ?= $(shell $(GO) env GOARCH)
+DEB_STAGE   := $(BIN)/deb-stage
+deb: build
+	rm -rf "$(DEB_STAGE)" "$(BIN)/deb" && mkdir -p "$(BIN)/deb"
+	$(MAKE) --no-print-directory -o build install install-conf DESTDIR="$(DEB_STAGE)" BINPREFIX=/usr/bin >/dev/null
+	scripts/licenses.sh "$(DEB_STAGE)/usr/share/doc/cdi-exec-plugins" $(addprefix $(BIN)/,$(PLUGINS) $(TOOLS))
+	cp -r conf/examples "$(DEB_STAGE)/usr/share/doc/cdi-exec-plugins/examples"
+	cd "$(DEB_STAGE)" && DEB_VERSION="$(DEB_VERSION)" DEB_ARCH="$(DEB_ARCH)" \
+	  $(GO) run $(NFPM) package --config "$(CURDIR)/packaging/nfpm.yaml" --packager deb --target "$(abspath $(BIN))/deb/"
+	rm -rf "$(DEB_STAGE)"
 
 # The whole suite: lint, unit tests, fuzz seed corpora and the end-to-end
-# tests against the binaries in bin/.
+# tests against the binaries in $(BIN)/.
 test: build lint
-	$(call guarded,CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test -count=1 ./...)
+	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) $(GO) test -count=1 ./...)
 
 # The end-to-end tests E2E_COUNT more times (CI runs it after test), so
 # that a flaky test fails instead of slipping through.
 E2E_COUNT ?= 3
 e2e-repeat: build
-	$(call guarded,CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test -count=$(E2E_COUNT) ./test/e2e)
+	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) $(GO) test -count=$(E2E_COUNT) ./test/e2e)
+
+# Builds the Debian package and installs it into a throwaway root
+# (test/install). Separate from `make test` because the first run builds
+# nfpm; CI runs both.
+test-deb: deb
+	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) CDI_TEST_DEB=$(abspath $(BIN)/deb) $(GO) test -count=1 -run TestDeb -v ./test/install)
 
 # Tests never touch the live node: guarded runs a test command with the
 # node's CDI directories listed (names, types, modes, owners, sizes, times,
@@ -57,6 +115,21 @@ define guarded
 	rm -f "$$before" "$$before.diff"; [ $$changed = 0 ] && exit $$status; exit 1
 endef
 
+# The real-node suites (docs/kubernetes.md, "Testing on a real node"): a
+# pinned containerd and kubelet, then a control plane too. The tools are
+# built once into $CDI_E2E_CACHE (default ~/.cache/cdi-e2e). Needs root;
+# without what a node needs, the tests skip and say why.
+E2E_FLAGS ?=
+E2E_TEST  := CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test -tags e2enode -count=1 -timeout 45m -v $(E2E_FLAGS)
+
+e2e-node: build
+	./test/k8s/build-tools.sh
+	$(call guarded,$(E2E_TEST) -run ^TestNode ./test/k8s/...)
+
+e2e-cluster: build
+	./test/k8s/build-tools.sh
+	$(call guarded,$(E2E_TEST) -run ^TestCluster ./test/k8s/...)
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -71,7 +144,7 @@ demo: build
 BENCH_RUNS ?= 300
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./pkg/... ./plugins/...
-	$(GO) run ./test/bench -bin bin -n $(BENCH_RUNS)
+	$(GO) run ./test/bench -bin $(BIN) -n $(BENCH_RUNS)
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
@@ -83,4 +156,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin
+	rm -rf $(BIN)

@@ -11,7 +11,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cdi-demo.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 go run ./test/fixture/mkhost -host demo/host.json -root "$work/host"
 
-export CDI_HOST_ROOT="$work/host" CDI_STATE_DIR="$work/state" CDI_CONF_DIR="$PWD/conf" CDI_PATH="$PWD/bin"
+export CDI_HOST_ROOT="$work/host" CDI_STATE_DIR="$work/state" CDI_CONF_DIR="$PWD/demo/conf" CDI_PATH="$PWD/bin"
 echo "Fixture host: $CDI_HOST_ROOT (from demo/host.json)"
 echo "State:        $CDI_STATE_DIR"
 [ "$(id -u)" = 0 ] || echo "Not root: /dev entries of the fixture are 0:0 character devices, not the real numbers."
@@ -22,7 +22,7 @@ run() {
   echo
   echo "# env $* /opt/cdi/bin/$plugin < /etc/cdi/${conf}"
   set +e
-  env "$@" "bin/$plugin" < "conf/$conf"
+  env "$@" "bin/$plugin" < "demo/conf/$conf"
   local status=$?
   set -e
   echo "Exit status: $status"
@@ -68,7 +68,7 @@ ctl() {
 }
 
 echo
-echo "== cdictl: the same node through the reference caller (configs in conf/)"
+echo "== cdictl: the same node through the reference caller (configs in demo/conf/)"
 ctl version -o table
 ctl info -o table
 ctl add --id pod-a --numa 1 gpu:1,tty:2,vgpu:1

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cdi-exec/plugins/pkg/buildinfo"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
@@ -44,6 +45,9 @@ Flags of the device-plugin mode:
 `
 
 func run(ctx context.Context, args []string, e env) int {
+	if buildinfo.PrintIfAsked(args, e.stdout, "cdi-kubelet-plugin", protocol.SupportedVersions()) {
+		return exitOK
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		out := e.stdout
 		if len(args) == 0 {

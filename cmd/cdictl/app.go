@@ -51,6 +51,9 @@ func run(args []string, e env) int {
 		}
 		return exitOK
 	}
+	if args[0] == "--version" {
+		return printVersion(e.stdout)
+	}
 	for _, c := range commands() {
 		if c.name == args[0] {
 			return c.exec(e, args[1:])
@@ -91,7 +94,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(tw, "  %s %s\t%s\n", c.name, c.args, c.summary)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "\nRun 'cdictl COMMAND --help' for a command's flags and examples.")
+	fmt.Fprintln(w, "\nRun 'cdictl COMMAND --help' for a command's flags and examples, 'cdictl --version' for this build.")
 	fmt.Fprintln(w, "Environment: CDI_CONF_DIR, CDI_PATH, CDI_STATE_DIR, CDI_LOCK_TIMEOUT, and for plugins CDI_HOST_ROOT.")
 }
 

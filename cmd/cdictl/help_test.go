@@ -37,7 +37,7 @@ func TestHelpMatchesDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	known := []string{"--help", "-h"}
+	known := []string{"--help", "-h", "--version"} // --version: cdictl's own, before any command
 	for _, c := range commands() {
 		help := helpOf(t, c.name)
 		usage, _, _ := strings.Cut(strings.TrimPrefix(help, "Usage: "), "\n")

@@ -10,8 +10,8 @@ import (
 )
 
 func versionCommand() *command {
-	return &command{name: "version", args: "[TYPE]", summary: "negotiate versions with every configured plugin",
-		example: "cdictl version\n  cdictl version gpu", setup: noFlags((*app).version)}
+	return &command{name: "version", args: "[TYPE] | --client", summary: "negotiate versions with every configured plugin",
+		example: "cdictl version\n  cdictl version gpu\n  cdictl version --client", setup: versionFlags}
 }
 
 // versionEntry is one plugin's row of `cdictl version`.

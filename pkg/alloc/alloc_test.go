@@ -65,7 +65,7 @@ func TestChoose(t *testing.T) {
 		want  []int
 		err   error
 	}{
-		// Fewest NUMA nodes, then lowest indices (RULINGS as before).
+		// Fewest NUMA nodes, then lowest indices (docs/protocol.md#choice-rules).
 		{"lowest index on one node", twoNodes, Request{N: 2}, []int{0, 1}, nil},
 		{"unknown numa is one group", host(-1, -1, -1), Request{N: 3}, []int{0, 1, 2}, nil},
 		{"pack onto the node that holds all", host(0, 1, 1, 1, 0), Request{N: 3}, []int{1, 2, 3}, nil},

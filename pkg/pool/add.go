@@ -44,14 +44,17 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 
 // adder is the state of one ADD: what it found, chose and set up.
 type adder struct {
-	pool Pool
-	call *skel.Call
-	pick picker
+	pool   Pool
+	call   *skel.Call
+	pick   picker
+	holder func(key string) string // the store's index, in the transaction
 
-	present map[string]Device // devices discovered, by key
-	held    []answer          // per request item, in request order
-	undos   []func(context.Context)
-	rec     store.Record // the request's record after this call
+	devs      []Device          // devices discovered, in discovery order
+	present   map[string]Device // the same, by key
+	rescanned bool              // discovery read the host again after a failed live check
+	held      []answer          // per request item, in request order
+	undos     []func(context.Context)
+	rec       store.Record // the request's record after this call
 }
 
 // answer is an allocation an ADD answers with, marked fresh when this
@@ -64,8 +67,8 @@ type answer struct {
 // run is the body of ADD's transaction. bbolt runs it once; an error rolls
 // everything back.
 func (a *adder) run(ctx context.Context, tx *store.Tx) error {
-	devs, err := a.scan(ctx, tx)
-	if err != nil {
+	a.holder = tx.Holder
+	if err := a.discover(ctx, false); err != nil {
 		return err
 	}
 	rec, err := tx.Get(a.call.RequestID)
@@ -95,7 +98,7 @@ func (a *adder) run(ctx context.Context, tx *store.Tx) error {
 		if err := ctx.Err(); err != nil {
 			return protocol.Errorf(protocol.CodeInternal, "ADD ran out of time holding the store: %w", err)
 		}
-		al, err := a.allocate(ctx, item, devs, free)
+		al, err := a.allocate(ctx, item, free)
 		if err != nil {
 			return err
 		}
@@ -113,11 +116,12 @@ func (a *adder) run(ctx context.Context, tx *store.Tx) error {
 	return tx.Put(rec)
 }
 
-// scan discovers the devices, or prepares them (sriov), inside the
+// discover discovers the devices, or prepares them (sriov), inside the
 // transaction. Devices held by other requests may be left out; this
 // request's own are scanned so that a replay reports their current names.
-func (a *adder) scan(ctx context.Context, tx *store.Tx) ([]Device, error) {
-	scan := Scan{NUMA: true, Holder: tx.Holder, RequestID: a.call.RequestID}
+// rescan asks discovery to read the host rather than a cache.
+func (a *adder) discover(ctx context.Context, rescan bool) error {
+	scan := Scan{NUMA: true, Holder: a.holder, RequestID: a.call.RequestID, Rescan: rescan}
 	var devs []Device
 	var err error
 	if a.pool.Prepare != nil {
@@ -126,14 +130,15 @@ func (a *adder) scan(ctx context.Context, tx *store.Tx) ([]Device, error) {
 		devs, err = a.pool.discover(ctx, a.call, scan)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	devs = a.pool.placed(ctx, a.call, devs)
+	a.devs = devs
 	a.present = make(map[string]Device, len(devs))
 	for _, d := range devs {
 		a.present[d.Key] = d
 	}
-	return devs, nil
+	return nil
 }
 
 // replay answers an item the request already holds, which must be asked
@@ -187,6 +192,7 @@ func (a *adder) nodes(h answer) []string {
 	for _, d := range h.Devices {
 		nodes := d.Nodes
 		if now, ok := a.present[d.Key]; ok && !h.fresh {
+			// Node names may have moved since the record was made.
 			if resolved, err := now.nodes(); err == nil {
 				nodes = resolved
 			}

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
@@ -57,17 +58,18 @@ func byCount(locality []int, strict bool, dist func() alloc.Distances) picker {
 
 // allocate chooses the devices of one request item and sets them up: the
 // Handout hook when the plugin has one, else each device's own nodes,
-// resolved and checked now. It returns the allocation to record.
-func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, free func(string) bool) (store.Allocation, error) {
-	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
-	if a.pool.Handout == nil {
-		var err error
-		al.Devices, err = a.resolved(ctx, item, devs, free)
-		return al, err
-	}
-	chosen, err := a.pick(item, devs, free)
+// checked live now. It returns the allocation to record.
+func (a *adder) allocate(ctx context.Context, item abnf.Item, free func(string) bool) (store.Allocation, error) {
+	chosen, nodes, err := a.choose(ctx, item, free)
 	if err != nil {
 		return store.Allocation{}, err
+	}
+	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
+	if a.pool.Handout == nil {
+		for j, d := range chosen {
+			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: nodes[j], NUMA: a.pool.numa(ctx, a.call, d)})
+		}
+		return al, nil
 	}
 	h, err := a.pool.Handout(ctx, a.call, item, chosen)
 	if err != nil {
@@ -83,30 +85,41 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, devs []Device, fre
 	return al, nil
 }
 
-// resolved chooses the devices of one item and resolves their nodes. A
-// chosen device whose node fails its check (Device.Resolve) is left out and
-// the choice made again, so a node is handed out only after it was checked
-// live (docs/protocol.md#device-nodes).
-func (a *adder) resolved(ctx context.Context, item abnf.Item, devs []Device, free func(string) bool) ([]store.Device, error) {
+// choose picks the devices of one request item and, unless a Handout hook
+// makes the nodes, checks each live (Device.Resolve) and returns its
+// nodes. Discovery may have answered from a cache, so the first device
+// that fails its check makes ADD discover again, reading the host, and
+// choose again among what it found; a device that fails after that is
+// left out and the choice made once more. A node is thus handed out only
+// after it was checked live (docs/performance.md#discovery-cache).
+func (a *adder) choose(ctx context.Context, item abnf.Item, free func(string) bool) ([]Device, [][]string, error) {
 	bad := map[string]bool{}
-	usable := func(key string) bool { return !bad[key] && free(key) }
 	for {
-		chosen, err := a.pick(item, devs, usable)
-		if err != nil {
-			return nil, err
+		devs := a.devs
+		if len(bad) > 0 { // left out as not usable, not as held (a pinned ADD says which)
+			devs = slices.DeleteFunc(slices.Clone(devs), func(d Device) bool { return bad[d.Key] })
 		}
-		out := make([]store.Device, 0, len(chosen))
-		for _, d := range chosen {
-			nodes, err := d.nodes()
-			if err != nil {
+		chosen, err := a.pick(item, devs, free)
+		if err != nil || a.pool.Handout != nil {
+			return chosen, nil, err
+		}
+		nodes := make([][]string, len(chosen))
+		failed := false
+		for j, d := range chosen {
+			if nodes[j], err = d.nodes(); err != nil {
 				a.call.Warnf("not handing out %s: %v", d.Key, err)
-				bad[d.Key] = true
-				continue
+				bad[d.Key], failed = true, true
 			}
-			out = append(out, store.Device{Key: d.Key, Nodes: nodes, NUMA: a.pool.numa(ctx, a.call, d)})
 		}
-		if len(out) == len(chosen) {
-			return out, nil
+		if !failed {
+			return chosen, nodes, nil
+		}
+		if !a.rescanned {
+			a.rescanned = true
+			clear(bad)
+			if err := a.discover(ctx, true); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 }

@@ -34,11 +34,11 @@ type Device struct {
 	Index int      // preference order; lower first
 	NUMA  int      // NUMA node or alloc.Unknown
 	Nodes []string // container-facing device node paths, in handout order
-	// Resolve, when set, returns the final node paths of a device that is
-	// being handed out, each checked to be the device sysfs describes;
-	// discovery checks nodes by their conventional names and leaves the
-	// per-device reads to the few devices chosen. An error means the
-	// device must not be handed out.
+	// Resolve, when set, checks a device that is being handed out live
+	// and returns its final node paths; discovery (or a cache) gives
+	// nodes by their conventional names and leaves the per-device reads
+	// to the few devices chosen. An error means the device must not be
+	// handed out: ADD then discovers again and chooses again.
 	Resolve func() ([]string, error)
 	// Dir is the device's sysfs directory on the host, when discovery
 	// has it, for Pool.Place.
@@ -71,6 +71,9 @@ type Pool struct {
 	Strict bool
 	// Discover returns the usable devices present now, in any order.
 	Discover func(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error)
+	// Capacity, when set, answers INFO instead of counting what Discover
+	// returns: the number of usable devices, without building them.
+	Capacity func(ctx context.Context, c *skel.Call) (int, error)
 
 	// Hooks for plugins that set devices up (sriov); all optional.
 
@@ -109,6 +112,9 @@ type Scan struct {
 	// RequestID is the request an ADD serves: its own devices are scanned,
 	// so that a replay reports their current names.
 	RequestID string
+	// Rescan asks for the host to be read again rather than a cache:
+	// a device chosen from the last answer failed its live check.
+	Rescan bool
 }
 
 // Held reports whether any request holds key.
@@ -151,6 +157,13 @@ func StrictNUMA(policy string) (bool, error) {
 func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
 	if _, err := store.Probe(store.Path(c.Env.StateDir, p.Name)); err != nil {
 		return nil, storeError(err)
+	}
+	if p.Capacity != nil {
+		n, err := p.Capacity(ctx, c)
+		if err != nil {
+			return nil, discoveryError(c, err)
+		}
+		return map[string]int{c.Config.Type: n}, nil
 	}
 	devs, err := p.discover(ctx, c, Scan{})
 	if err != nil {
@@ -213,8 +226,9 @@ func (p Pool) lock(ctx context.Context, c *skel.Call) (st *store.Store, hold, wo
 	if limit <= 0 {
 		limit = HoldLimit
 	}
-	hold, cancelHold := context.WithTimeout(ctx, limit)
-	work, cancelWork := context.WithTimeout(hold, limit*3/4)
+	now := time.Now()
+	hold, cancelHold := withDeadline(ctx, now.Add(limit))
+	work, cancelWork := withDeadline(hold, now.Add(limit*3/4))
 	return st, hold, work, func() { cancelWork(); cancelHold(); st.Close() }, nil
 }
 

@@ -705,3 +705,81 @@ func TestArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestAddLiveCheck: a chosen device that fails its live check (Resolve)
+// makes ADD discover again, reading the host (Scan.Rescan), and choose
+// among what that found; a device that fails after the rescan is left
+// out and the choice made again. Nothing is handed out unchecked.
+func TestAddLiveCheck(t *testing.T) {
+	gone := errors.New("its class link now leads elsewhere")
+	tests := []struct {
+		name    string
+		cached  []string // what discovery from the cache lists, in order
+		fresh   []string // what a rescan lists
+		failing []string // devices whose check fails whatever the scan
+		amount  int
+		want    []string // nodes handed out; nil for code 103
+		rescans int
+	}{
+		{"cache hit", []string{"g0", "g1"}, []string{"g0", "g1"}, nil, 1, []string{"/dev/g0"}, 0},
+		{"stale entry", []string{"g0", "g1", "g2"}, []string{"g1", "g2"}, nil, 2, []string{"/dev/g1", "/dev/g2"}, 1},
+		{"bad device on the host", []string{"g0", "g1", "g2"}, []string{"g0", "g1", "g2"}, []string{"g0"}, 1, []string{"/dev/g1"}, 1},
+		{"too few left", []string{"g0", "g1"}, []string{"g1"}, nil, 2, nil, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, &host{})
+			rescans := 0
+			e.pool.Discover = func(_ context.Context, _ *skel.Call, scan Scan) ([]Device, error) {
+				keys := tt.cached
+				if scan.Rescan {
+					rescans++
+					keys = tt.fresh
+				}
+				var out []Device
+				for i, k := range keys {
+					d := Device{Key: k, Index: i, NUMA: 0, Nodes: []string{"/dev/" + k}}
+					bad := slices.Contains(tt.failing, k) || !scan.Rescan && !slices.Contains(tt.fresh, k)
+					d.Resolve = func() ([]string, error) {
+						if bad {
+							return nil, gone
+						}
+						return []string{"/dev/" + k}, nil
+					}
+					out = append(out, d)
+				}
+				return out, nil
+			}
+			res, err := e.add("a", fmt.Sprintf("gpu:%d", tt.amount))
+			switch {
+			case tt.want == nil && code(err) != protocol.CodeInsufficient:
+				t.Errorf("ADD = %v, %v; want code 103", res, err)
+			case tt.want != nil && (err != nil || !slices.Equal(res.Devices, tt.want)):
+				t.Errorf("ADD = %v, %v; want %v", res, err, tt.want)
+			}
+			if rescans != tt.rescans {
+				t.Errorf("%d rescans, want %d", rescans, tt.rescans)
+			}
+		})
+	}
+}
+
+// TestPinnedLiveCheck: a pinned device that fails its live check even
+// after the rescan is refused as not usable, with what the check found,
+// not as held by another request.
+func TestPinnedLiveCheck(t *testing.T) {
+	e := newEnv(t, &host{})
+	e.pool.Discover = func(_ context.Context, _ *skel.Call, scan Scan) ([]Device, error) {
+		return []Device{{Key: "g0", NUMA: 0, Nodes: []string{"/dev/g0"},
+			Resolve: func() ([]string, error) { return nil, errors.New("its node is not the device sysfs describes") }}}, nil
+	}
+	e.pool.Inventory = func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+		return []protocol.DeviceInfo{{Key: "g0", Reason: "its node is not the device sysfs describes"}}, nil
+	}
+	c := e.call(protocol.CmdAdd, "a", "gpu:1", nil)
+	c.Pinned = []string{"g0"}
+	_, err := e.pool.Add(context.Background(), c)
+	if code(err) != protocol.CodeInsufficient || strings.Contains(err.Error(), "held") || !strings.Contains(err.Error(), "sysfs describes") {
+		t.Fatalf("ADD = %v", err)
+	}
+}

@@ -6,7 +6,7 @@ import (
 )
 
 // Well-known error codes of the protocol (0-99) and the plugin-specific codes
-// this suite uses in every plugin (100+), docs/protocol.md#replies.
+// this suite uses in every plugin (100+), docs/protocol.md#error-codes.
 const (
 	CodeIncompatibleVersion       = 1
 	CodeIncompatibleConfigVersion = 2

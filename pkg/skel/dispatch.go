@@ -33,6 +33,9 @@ func Main(about About) {
 // hand, the plugin prints one line on stderr saying what it is and how it
 // is called, and exits 1.
 func (d Dispatcher) Run(ctx context.Context, about About) int {
+	if d.versionFlag(about) {
+		return 0
+	}
 	if d.byHand() {
 		fmt.Fprint(d.Stderr, usage(about))
 		return 1
@@ -98,11 +101,17 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]protocol.F
 func (d Dispatcher) readConfig(ctx context.Context, c *Call) error {
 	stdin, readErr := readStdin(ctx, d.Stdin)
 	envVersion := d.Getenv(protocol.EnvVersion)
-	var probe struct {
-		CDIVersion any `json:"cdiVersion"`
+	conf, confErr := protocol.ParseConfig(stdin)
+	confVersion := conf.CDIVersion
+	if confErr != nil {
+		// The reply's version may still come from a config that is
+		// otherwise wrong.
+		var probe struct {
+			CDIVersion any `json:"cdiVersion"`
+		}
+		_ = json.Unmarshal(stdin, &probe)
+		confVersion, _ = probe.CDIVersion.(string)
 	}
-	_ = json.Unmarshal(stdin, &probe)
-	confVersion, _ := probe.CDIVersion.(string)
 	switch {
 	case protocol.Supported(envVersion):
 		c.Version = envVersion
@@ -116,10 +125,10 @@ func (d Dispatcher) readConfig(ctx context.Context, c *Call) error {
 	if readErr != nil {
 		return protocol.Errorf(protocol.CodeInvalidConfig, "reading stdin: %w", readErr)
 	}
-	var err error
-	if c.Config, err = protocol.ParseConfig(stdin); err != nil {
-		return configError(err)
+	if confErr != nil {
+		return configError(confErr)
 	}
+	c.Config = conf
 	if !protocol.Supported(c.Config.CDIVersion) {
 		return protocol.NewError(protocol.CodeIncompatibleConfigVersion, "Unsupported config version: "+c.Config.CDIVersion)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -60,8 +61,9 @@ func readFD(ctx context.Context, fd int) ([]byte, error) {
 		bound = time.Until(d)
 	}
 	deadline := time.Now().Add(bound)
-	var out []byte
-	buf := make([]byte, 8192)
+	// The buffer grows on the heap: a large one on the stack would make
+	// the runtime grow and copy the goroutine's stack at once.
+	out := make([]byte, 0, 1024)
 	for {
 		wait := time.Until(deadline)
 		if wait <= 0 {
@@ -78,7 +80,10 @@ func readFD(ctx context.Context, fd int) ([]byte, error) {
 		if n == 0 {
 			continue
 		}
-		m, err := unix.Read(fd, buf)
+		if len(out) == cap(out) {
+			out = slices.Grow(out, len(out))
+		}
+		m, err := unix.Read(fd, out[len(out):cap(out)])
 		switch {
 		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
 			continue
@@ -87,7 +92,7 @@ func readFD(ctx context.Context, fd int) ([]byte, error) {
 		case m == 0:
 			return out, nil
 		}
-		out = append(out, buf[:m]...)
+		out = out[:len(out)+m]
 		if len(out) > maxConfigSize {
 			return nil, fmt.Errorf("config larger than %d bytes", maxConfigSize)
 		}

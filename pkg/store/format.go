@@ -2,15 +2,15 @@ package store
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc64"
 	"strconv"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 )
 
 // The layout of schema 2 (docs/protocol.md#store):
@@ -42,17 +42,50 @@ var (
 	keySchema      = []byte("schema")
 	keyDigest      = []byte("digest")
 	keyID          = []byte("id")
-	crcTable       = crc64.MakeTable(crc64.ECMA)
+	// crcTable is CRC-64/ECMA's byte table, built on first use (2 KiB).
+	// crc64.MakeTable would build the slicing-by-8 tables of two
+	// polynomials (32 KiB) whatever the input, which costs a process
+	// that checksums a few hundred bytes more than the checksums do.
+	crcTable = sync.OnceValue(func() *[256]uint64 {
+		var t [256]uint64
+		for i := range t {
+			c := uint64(i)
+			for range 8 {
+				if c&1 == 1 {
+					c = c>>1 ^ ecma
+				} else {
+					c >>= 1
+				}
+			}
+			t[i] = c
+		}
+		return &t
+	})
 )
+
+// ecma is crc64.ECMA, reversed. Importing hash/crc64 for it would build
+// that package's tables at start-up in every process.
+const ecma = 0xC96C5795D7870F42
+
+// crcUpdate is crc64.Update(crc, crc64.MakeTable(crc64.ECMA), p), a byte at
+// a time: entries are short.
+func crcUpdate(crc uint64, p []byte) uint64 {
+	t := crcTable()
+	crc = ^crc
+	for _, b := range p {
+		crc = t[byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
+}
 
 // checksum is the checksum of one entry.
 func checksum(tag byte, key, payload []byte) uint64 {
 	var hdr [1 + binary.MaxVarintLen64]byte
 	hdr[0] = tag
 	n := binary.PutUvarint(hdr[1:], uint64(len(key)))
-	h := crc64.Update(0, crcTable, hdr[:1+n])
-	h = crc64.Update(h, crcTable, key)
-	return crc64.Update(h, crcTable, payload)
+	h := crcUpdate(0, hdr[:1+n])
+	h = crcUpdate(h, key)
+	return crcUpdate(h, payload)
 }
 
 // seal prefixes payload with its checksum.
@@ -89,12 +122,12 @@ func (d digest) encode() []byte {
 		b = binary.BigEndian.AppendUint64(b, t.n)
 		b = binary.BigEndian.AppendUint64(b, t.sum)
 	}
-	return binary.BigEndian.AppendUint64(b, crc64.Checksum(b, crcTable))
+	return binary.BigEndian.AppendUint64(b, crcUpdate(0, b))
 }
 
 func decodeDigest(b []byte) (digest, bool) {
 	var d digest
-	if len(b) != 40 || binary.BigEndian.Uint64(b[32:]) != crc64.Checksum(b[:32], crcTable) {
+	if len(b) != 40 || binary.BigEndian.Uint64(b[32:]) != crcUpdate(0, b[:32]) {
 		return d, false
 	}
 	for i := range d {
@@ -230,11 +263,30 @@ func ensureID(tx *bolt.Tx) error {
 	if meta.Get(keyID) != nil {
 		return nil
 	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	b, err := random16()
+	if err != nil {
 		return err
 	}
 	return meta.Put(keyID, []byte(hex.EncodeToString(b[:])))
+}
+
+// random16 reads 16 bytes from the kernel's random source with
+// getrandom(2). crypto/rand would do the same, but linking it runs the
+// initialisation of its FIPS 140 module (hashes, AES, a DRBG) at the start
+// of every plugin process, for 16 bytes once per store.
+func random16() ([16]byte, error) {
+	var b [16]byte
+	for n := 0; n < len(b); {
+		m, err := unix.Getrandom(b[n:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return b, fmt.Errorf("getrandom: %w", err)
+		}
+		n += m
+	}
+	return b, nil
 }
 
 // migrate upgrades a schema 1 store, whose view was just loaded, to the

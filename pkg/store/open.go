@@ -1,13 +1,15 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/dirent"
 )
 
 // The state directory and the store file are reached without following
@@ -201,26 +203,28 @@ func tempPrefix(base string) string { return base + ".new-" }
 // sweep removes temporary store files that a killed process left behind:
 // ours by name, regular files of ours, and older than staleAge.
 func (d *dir) sweep(base string) {
-	fd, err := unix.Dup(d.fd)
+	fd, err := unix.Dup(d.fd) // a descriptor of its own to read to the end
 	if err != nil {
 		return
 	}
-	f := os.NewFile(uintptr(fd), d.path)
-	entries, err := f.ReadDir(-1)
-	f.Close()
-	if err != nil {
+	var stale []string
+	prefix := []byte(tempPrefix(base))
+	_ = dirent.ListFD(fd, d.path, func(name []byte, _ uint64, _ uint8) {
+		if bytes.HasPrefix(name, prefix) {
+			stale = append(stale, string(name))
+		}
+	})
+	unix.Close(fd)
+	if len(stale) == 0 {
 		return
 	}
 	cutoff := time.Now().Add(-staleAge).Unix()
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), tempPrefix(base)) {
-			continue
-		}
+	for _, name := range stale {
 		var st unix.Stat_t
-		if unix.Fstatat(d.fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
+		if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
 			st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Mtim.Sec > cutoff {
 			continue
 		}
-		_ = unix.Unlinkat(d.fd, e.Name(), 0)
+		_ = unix.Unlinkat(d.fd, name, 0)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // bbolt trusts the pages it reads. A damaged page that points at itself, at
@@ -86,10 +88,17 @@ func (pf *pageFile) read(off, n uint64) ([]byte, error) {
 func checkPages(f *os.File, size int64) error {
 	pf := &pageFile{f: f, size: uint64(size)}
 	if size <= maxReadAll {
-		pf.all = make([]byte, size)
-		if _, err := f.ReadAt(pf.all, 0); err != nil {
+		// Mapped rather than read: the pages are in the page cache
+		// already, and a copy would touch as many fresh pages of memory
+		// as the file has (2.4 µs each here). The file is locked, and a
+		// fault past a truncated end is turned into ErrCorrupt by Open's
+		// guard, as for bbolt's own mapping.
+		all, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
 			return fmt.Errorf("reading %s: %w", f.Name(), err)
 		}
+		defer unix.Munmap(all)
+		pf.all = all
 	}
 	m, err := pf.meta()
 	if err == nil {

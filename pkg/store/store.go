@@ -9,7 +9,6 @@ package store
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -338,7 +337,7 @@ func (t *Tx) Get(id string) (*Record, error) {
 // decode parses the record stored under id.
 func decode(id string, p []byte) (*Record, error) {
 	var r Record
-	if err := json.Unmarshal(p, &r); err != nil {
+	if err := unmarshalRecord(p, &r); err != nil {
 		return nil, fmt.Errorf("%w: record %q: %v", ErrCorrupt, id, err)
 	}
 	if r.ID != id {
@@ -365,7 +364,7 @@ func (t *Tx) Put(r *Record) error {
 			return err
 		}
 	}
-	v, err := json.Marshal(r)
+	v, err := marshalRecord(r)
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,8 @@ func kindOrder(k string) int {
 // given): each costs a readlink, and hosts have hundreds of them.
 func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 	class := h.Sys("class", "drm")
-	names, err := readDirNames(class)
+	var names []string
+	err := h.List(class, func(name []byte, _ uint64, _ uint8) { names = append(names, string(name)) })
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -80,7 +81,6 @@ func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 		return nil, &os.PathError{Op: "open", Path: class, Err: err}
 	}
 	defer unix.Close(cfd)
-	buf := make([]byte, unix.PathMax)
 	byDir := map[string]int{}
 	var devs []DRMDevice
 	for _, name := range names {
@@ -88,7 +88,7 @@ func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 		if !ok || len(kinds) > 0 && !slices.Contains(kinds, m.Kind) {
 			continue
 		}
-		dir, err := h.minorDevice(cfd, buf, class, name)
+		dir, err := h.minorDevice(cfd, class, name)
 		if err != nil {
 			continue // dangling or odd link: not a usable device
 		}
@@ -114,29 +114,77 @@ func (h *Host) DRMDevices(kinds ...string) ([]DRMDevice, error) {
 
 // minorDevice resolves a class/drm link to the host path of its device
 // directory. A dangling link is caught later: its nodes are not found.
-func (h *Host) minorDevice(cfd int, buf []byte, class, name string) (string, error) {
-	link := filepath.Join(class, name)
-	n, err := unix.Readlinkat(cfd, name, buf)
+func (h *Host) minorDevice(cfd int, class, name string) (string, error) {
+	link := name
+	if cfd == unix.AT_FDCWD {
+		link = class + "/" + name
+	}
+	target, err := readlinkat(cfd, link)
 	if err == unix.EINVAL {
 		// Not a symlink (a hand-made tree): the entry is the minor's
 		// directory, and its device link leads to the device.
-		return filepath.EvalSymlinks(filepath.Join(link, "device"))
+		return filepath.EvalSymlinks(filepath.Join(class, name, "device"))
 	}
 	if err != nil {
-		return "", &os.PathError{Op: "readlink", Path: link, Err: err}
+		return "", &os.PathError{Op: "readlink", Path: class + "/" + name, Err: err}
 	}
-	target := string(buf[:n])
+	if dir, ok := deviceOf(class, target); ok {
+		return dir, nil
+	}
 	var minorDir string
 	if filepath.IsAbs(target) {
 		minorDir = filepath.Join(h.Root, target)
 	} else {
-		minorDir = filepath.Join(filepath.Dir(link), target)
+		minorDir = filepath.Join(class, target)
 	}
 	if parent := filepath.Dir(minorDir); filepath.Base(parent) == "drm" {
 		return filepath.Dir(parent), nil
 	}
 	// Not the usual layout: follow the minor's device link instead.
-	return filepath.EvalSymlinks(filepath.Join(link, "device"))
+	return filepath.EvalSymlinks(filepath.Join(class, name, "device"))
+}
+
+// deviceOf resolves a class link of the kernel's shape,
+// "../../devices/<path>/drm/<minor>" relative to the class directory,
+// lexically: one string for the device directory, no path cleaning. It
+// reports false for any other shape, which the caller resolves the slow
+// way.
+func deviceOf(class, target string) (string, bool) {
+	i := strings.LastIndexByte(target, '/')
+	if i < 0 || target[i+1:] == "" || target[i+1:] == "." || target[i+1:] == ".." {
+		return "", false
+	}
+	dir, ok := strings.CutSuffix(target[:i], "/drm")
+	if !ok {
+		return "", false
+	}
+	base := class
+	for {
+		rest, up := strings.CutPrefix(dir, "../")
+		if !up {
+			break
+		}
+		j := strings.LastIndexByte(base, '/')
+		if j <= 0 {
+			return "", false
+		}
+		base, dir = base[:j], rest
+	}
+	if dir == "" || dir[0] == '/' || dir == "." || dir == ".." || strings.HasPrefix(dir, "./") || strings.HasPrefix(dir, "../") ||
+		strings.Contains(dir, "//") || strings.Contains(dir, "/./") || strings.Contains(dir, "/../") ||
+		strings.HasSuffix(dir, "/") || strings.HasSuffix(dir, "/.") || strings.HasSuffix(dir, "/..") {
+		return "", false
+	}
+	if strings.HasSuffix(base, "/") {
+		return base + dir, true
+	}
+	return base + "/" + dir, true
+}
+
+// DRMMinorDevice returns the host path of the device directory that the
+// class entry /sys/class/drm/<name> leads to now.
+func (h *Host) DRMMinorDevice(name string) (string, error) {
+	return h.minorDevice(unix.AT_FDCWD, h.Sys("class", "drm"), name)
 }
 
 // MinorDir is the sysfs directory of one of the device's minors.
@@ -158,6 +206,12 @@ func (d DRMDevice) Order() int {
 // SysPath is the device directory as the host sees it, without the root:
 // "/sys/devices/...".
 func (h *Host) SysPath(dir string) string {
+	switch root := filepath.Clean(h.Root); {
+	case root == "/" && strings.HasPrefix(dir, "/"):
+		return dir
+	case strings.HasPrefix(dir, root+"/"):
+		return dir[len(root):]
+	}
 	rel, err := filepath.Rel(h.Root, dir)
 	if err != nil {
 		return dir

@@ -14,23 +14,63 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/dirent"
 )
 
 // Host is a view of a machine's /sys and /dev below Root. It remembers the
-// /dev directories it has listed, so it is meant to live for one command.
+// directories it has listed, so it is meant to live for one command (or
+// until Forget).
 type Host struct {
-	Root string // "/" on a real host
-	dirs map[string]map[string]bool
+	Root   string // "/" on a real host
+	dirs   map[string]map[string]bool
+	listed map[string][]byte // raw getdents64 records, by path
 }
 
 // NewHost returns a view of the host below root.
 func NewHost(root string) *Host {
-	return &Host{Root: root, dirs: map[string]map[string]bool{}}
+	return &Host{Root: root}
+}
+
+// List calls fn for every entry of dir as dirent.List does, reading the
+// directory once per Host: later calls replay the first listing, so that
+// whoever looks at a directory during one command (discovery, and the
+// discovery cache's stamp of the same moment) sees the same entries.
+func (h *Host) List(dir string, fn func(name []byte, ino uint64, typ uint8)) error {
+	recs, ok := h.listed[dir]
+	if !ok {
+		var err error
+		if recs, err = dirent.Read(dir); err != nil {
+			return err
+		}
+		if h.listed == nil {
+			h.listed = map[string][]byte{}
+		}
+		h.listed[dir] = recs
+	}
+	dirent.Each(recs, fn)
+	return nil
+}
+
+// Forget drops what the Host has listed, so that the next look reads the
+// host again.
+func (h *Host) Forget() {
+	h.dirs, h.listed = nil, nil
 }
 
 // Sys returns the host path of a sysfs path given relative to /sys.
 func (h *Host) Sys(rel ...string) string {
 	return filepath.Join(append([]string{h.Root, "sys"}, rel...)...)
+}
+
+// Proc returns the host path of a procfs path given relative to /proc.
+func (h *Host) Proc(rel string) string {
+	return filepath.Join(h.Root, "proc", rel)
+}
+
+// Path returns the host path of a path as the host sees it ("/sys/...").
+func (h *Host) Path(p string) string {
+	return filepath.Join(h.Root, p)
 }
 
 // Dev returns the host path of a /dev entry given relative to /dev.
@@ -88,12 +128,12 @@ func (h *Host) NodeExists(devname string) bool {
 	names, ok := h.dirs[dir]
 	if !ok {
 		names = map[string]bool{}
-		entries, _ := readDirTypes(h.Dev(dir))
-		for _, e := range entries {
-			if e.typ == unix.DT_CHR || e.typ == unix.DT_UNKNOWN && isChar(h.Dev(dir+e.name)) {
-				names[e.name] = true
+		d := h.Dev(dir)
+		_ = h.List(d, func(name []byte, _ uint64, typ uint8) {
+			if typ == unix.DT_CHR || typ == unix.DT_UNKNOWN && isChar(d+"/"+string(name)) {
+				names[string(name)] = true
 			}
-		}
+		})
 		if h.dirs == nil {
 			h.dirs = map[string]map[string]bool{}
 		}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/dirent"
 )
 
 // readFile reads a small file with plain system calls. Files are opened
@@ -19,7 +21,7 @@ func readFile(path string) ([]byte, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	buf := make([]byte, 4096)
+	buf := make([]byte, 512) // attributes are short; sysfs reads a page at most
 	n := 0
 	for {
 		m, err := unix.Read(fd, buf[n:])
@@ -50,50 +52,21 @@ func readDirNames(path string) ([]string, error) {
 	return names, err
 }
 
-// dirent is a directory entry: its name and the type the file system
+// entry is a directory entry: its name and the type the file system
 // reports (unix.DT_*; DT_UNKNOWN when it reports none).
-type dirent struct {
+type entry struct {
 	name string
 	typ  uint8
 }
 
 // readDirTypes lists a directory with the entry types the file system
 // reports, without a stat per entry.
-func readDirTypes(path string) ([]dirent, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	var out []dirent
-	buf := make([]byte, 16<<10)
-	for {
-		n, err := unix.ReadDirent(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "readdirent", Path: path, Err: err}
-		}
-		if n <= 0 {
-			return out, nil
-		}
-		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
-		for b := buf[:n]; len(b) >= 19; {
-			reclen := int(b[16]) | int(b[17])<<8
-			if reclen < 19 || reclen > len(b) {
-				break
-			}
-			name := b[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if s := string(name); s != "." && s != ".." {
-				out = append(out, dirent{name: s, typ: b[18]})
-			}
-			b = b[reclen:]
-		}
-	}
+func readDirTypes(path string) ([]entry, error) {
+	var out []entry
+	err := dirent.List(path, func(name []byte, _ uint64, typ uint8) {
+		out = append(out, entry{name: string(name), typ: typ})
+	})
+	return out, err
 }
 
 // trim drops surrounding white space, as sysfs attributes end in a newline.
@@ -138,12 +111,10 @@ func (d *Dir) Attr(name string) (string, error) {
 // directory (the driver of a device, the PF of a VF), or "" when there is
 // no such link.
 func (d *Dir) LinkBase(name string) string {
-	var buf [unix.PathMax]byte
-	n, err := unix.Readlinkat(d.fd, name, buf[:])
+	t, err := readlinkat(d.fd, name)
 	if err != nil {
 		return ""
 	}
-	t := string(buf[:n])
 	for len(t) > 1 && t[len(t)-1] == '/' {
 		t = t[:len(t)-1]
 	}
@@ -151,6 +122,24 @@ func (d *Dir) LinkBase(name string) string {
 		return t[i+1:]
 	}
 	return t
+}
+
+// readlinkat reads a symbolic link. Links in sysfs are short: a small
+// buffer first, a PATH_MAX one only when the link filled it (a buffer of
+// PATH_MAX on the stack would make the runtime grow the goroutine's stack).
+func readlinkat(dirfd int, name string) (string, error) {
+	var small [256]byte
+	n, err := unix.Readlinkat(dirfd, name, small[:])
+	if err != nil || n < len(small) {
+		return string(small[:max(n, 0)]), err
+	}
+	for size := 2 * len(small); size <= unix.PathMax; size *= 2 {
+		buf := make([]byte, size)
+		if n, err = unix.Readlinkat(dirfd, name, buf); err != nil || n < size {
+			return string(buf[:max(n, 0)]), err
+		}
+	}
+	return "", unix.ENAMETOOLONG
 }
 
 func lastSlash(s string) int {

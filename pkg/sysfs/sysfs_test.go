@@ -281,3 +281,60 @@ func TestVFsSettled(t *testing.T) {
 		d.Close()
 	}
 }
+
+// deviceOf resolves the class links of the kernel's shape lexically and
+// agrees with filepath on every link it accepts.
+func TestDeviceOf(t *testing.T) {
+	tests := []struct {
+		class, target, want string
+	}{
+		{"/sys/class/drm", "../../devices/pci0000:00/0000:00:02.0/drm/card0", "/sys/devices/pci0000:00/0000:00:02.0"},
+		{"/r/sys/class/drm", "../../devices/platform/simple-framebuffer.0/drm/card1", "/r/sys/devices/platform/simple-framebuffer.0"},
+		{"/sys/class/drm", "../../devices/pci0000:00/0000:00:02.0/card0", ""}, // no drm directory
+		{"/sys/class/drm", "/sys/devices/x/drm/card0", ""},                    // absolute
+		{"/sys/class/drm", "../../devices/a/../b/drm/card0", ""},              // not clean
+		{"/sys/class/drm", "../../devices/a//b/drm/card0", ""},
+		{"/sys/class/drm", "../../../../../drm/card0", ""}, // above the root
+		{"/sys/class/drm", "card0", ""},
+	}
+	for _, tt := range tests {
+		got, ok := deviceOf(tt.class, tt.target)
+		if got != tt.want || ok != (tt.want != "") {
+			t.Errorf("deviceOf(%q, %q) = %q, %v; want %q", tt.class, tt.target, got, ok, tt.want)
+		}
+	}
+}
+
+// FuzzDeviceOf: whatever deviceOf accepts, filepath resolves the same way.
+func FuzzDeviceOf(f *testing.F) {
+	f.Add("/sys/class/drm", "../../devices/pci0000:00/0000:00:02.0/drm/card0")
+	f.Add("/r/sys/class/drm", "../x/drm/y")
+	f.Fuzz(func(t *testing.T, class, target string) {
+		if !filepath.IsAbs(class) || filepath.Clean(class) != class {
+			return
+		}
+		got, ok := deviceOf(class, target)
+		if !ok {
+			return
+		}
+		want := filepath.Dir(filepath.Dir(filepath.Join(class, target)))
+		if got != want || filepath.Base(filepath.Dir(filepath.Join(class, target))) != "drm" {
+			t.Fatalf("deviceOf(%q, %q) = %q; filepath says %q", class, target, got, want)
+		}
+	})
+}
+
+// readlinkat reads links of any length up to PATH_MAX.
+func TestReadlinkat(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{1, 255, 256, 257, 511, 512, 1000, 4000} {
+		target := strings.Repeat("x", n)
+		link := filepath.Join(dir, fmt.Sprint(n))
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readlinkat(unix.AT_FDCWD, link); got != target || err != nil {
+			t.Errorf("%d bytes: got %d bytes, %v", n, len(got), err)
+		}
+	}
+}

@@ -1,107 +1,164 @@
 package main
 
 import (
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
-// gpu is one DRM device as the plugin sees it: the device it would hand
+// gpu is one DRM device as a config sees it: the device it would hand
 // out, or the reason it will not.
 type gpu struct {
 	Device pool.Device
-	Reason string   // "" when usable
-	minors []string // every DRM node of the device, "/dev/dri/<minor>"
-	dir    string   // its sysfs device directory
+	Reason string // "" when usable
+	fact   *fact
+	minors []minor // the device's minors of the wanted kinds, in handout order
 }
 
-// inventory lists the host's DRM devices and decides for each whether the
-// config may hand it out. It reads attributes only as far as the decision
-// needs, cheapest test first: this runs on every INFO and ADD.
-func inventory(h *sysfs.Host, f filter, scan pool.Scan) ([]gpu, error) {
-	devs, err := h.DRMDevices(f.want...)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]gpu, 0, len(devs))
-	for _, d := range devs {
-		g := gpu{Device: pool.Device{Index: d.Order(), NUMA: -1, Dir: d.Dir}, dir: d.Dir}
-		for _, m := range d.Minors {
-			g.minors = append(g.minors, "/dev/dri/"+m.Name)
+// judge applies the config to the facts: the devices that have nodes of
+// the wanted kinds, in preference order, each usable (with its nodes) or
+// with the reason it is not. It reads nothing from the host.
+func judge(facts []fact, f filter) []gpu {
+	out := make([]gpu, 0, len(facts))
+	for i := range facts {
+		if g, ok := f.judge(&facts[i]); ok {
+			if g.Reason == "" {
+				g.Device.Nodes = f.nodes(g.minors)
+			}
+			out = append(out, g)
 		}
-		g.Reason = check(h, f, d, &g.Device, scan)
-		out = append(out, g)
 	}
-	return out, nil
+	slices.SortStableFunc(out, func(a, b gpu) int { return a.Device.Index - b.Device.Index })
+	return out
 }
 
-// check fills dev and returns why the device is not usable, or "".
-func check(h *sysfs.Host, f filter, d sysfs.DRMDevice, dev *pool.Device, scan pool.Scan) string {
-	addr, isPCI := d.PCIAddr()
-	if isPCI {
-		dev.Key = addr
-	} else {
-		dev.Key = h.SysPath(d.Dir) // platform device: keyed by its sysfs path
+// judge judges one device; false when it has no node of the wanted kinds
+// (the config does not see it at all). The device's nodes are left for
+// the caller to build.
+func (f filter) judge(ft *fact) (gpu, bool) {
+	minors := f.wanted(ft.minors)
+	if len(minors) == 0 {
+		return gpu{}, false
 	}
+	g := gpu{Device: pool.Device{Key: ft.key(), Index: order(minors), NUMA: ft.numa}, fact: ft, minors: minors}
+	g.Reason = f.check(ft, g.Device.Key)
+	if g.Reason == "" && !slices.ContainsFunc(minors, func(m minor) bool { return m.inDev }) {
+		g.Reason = "wanted device node missing from /dev"
+	}
+	return g, true
+}
+
+// count is judge for INFO: how many devices the encoded facts (the cache)
+// hold that the config would hand out. It reads them in place, building
+// nothing: on a large host this is most of INFO's work.
+func count(enc []byte, f filter) (int, error) {
+	d := decoder{b: enc}
+	d.byte() // full or not: INFO needs no more than the scan always reads
+	n, usable := d.count(), 0
+	for range n {
+		sys, flags, vendor, device := d.bytes(), d.byte(), d.bytes(), d.bytes()
+		d.int() // NUMA node
+		if len(sys) == 0 {
+			d.bad = true
+		}
+		node := false // a wanted node is in /dev
+		for range d.count() {
+			m := d.minor()
+			node = node || f.wants[m.kind] && m.inDev
+		}
+		if d.bad {
+			return 0, errFacts
+		}
+		if node && reason(f, flags, keyOf(sys, flags), vendor, device) == "" {
+			usable++
+		}
+	}
+	if d.bad || len(d.b) != 0 {
+		return 0, errFacts
+	}
+	return usable, nil
+}
+
+// check returns why the config will not hand the device out, or "" (its
+// nodes aside).
+func (f filter) check(ft *fact, key string) string {
+	return reason(f, ft.flags, key, ft.vendor, ft.device)
+}
+
+// text is what facts are read as: strings once decoded, bytes in place.
+type text interface{ ~string | ~[]byte }
+
+// reason is the rule behind check and count. The order of the tests
+// decides the reason given.
+func reason[T text](f filter, flags uint8, key, vendor, device T) string {
+	pci := flags&isPCI != 0
 	switch {
-	case scan.Skipped(dev.Key):
-		return "held by another request"
-	case f.addrs != nil && !f.addrs[addr]:
+	case f.addrs != nil && !f.addrs[string(key)]:
 		return "not in pci_addresses"
-	case !isPCI && (f.vendors != nil || f.devices != nil):
+	case !pci && (f.vendors != nil || f.devices != nil):
 		return "not a PCI device (id whitelist set)"
-	}
-	dir, err := sysfs.OpenDir(d.Dir)
-	if err != nil {
+	case flags&gone != 0:
 		return "device directory missing (dangling class link)"
+	case !pci:
+		return ""
+	case f.vendors != nil && !f.vendors[string(vendor)]:
+		return "vendor not in vendorid_whitelist"
+	case f.devices != nil && !f.devices[string(device)]:
+		return "device not in deviceid_whitelist"
+	case f.addrs == nil && flags&isVF != 0:
+		return "SR-IOV VF (handed out only when pci_addresses names it)"
+	case flags&hasVFs != 0:
+		return "SR-IOV PF with active VFs"
 	}
-	defer dir.Close()
-	if isPCI {
-		if f.vendors != nil && !f.vendors[lower(dir.Attr("vendor"))] {
-			return "vendor not in vendorid_whitelist"
-		}
-		if f.devices != nil && !f.devices[lower(dir.Attr("device"))] {
-			return "device not in deviceid_whitelist"
-		}
-		if f.addrs == nil && dir.LinkBase("physfn") != "" {
-			return "SR-IOV VF (handed out only when pci_addresses names it)"
-		}
-		if n, _ := strconv.Atoi(lower(dir.Attr("sriov_numvfs"))); n > 0 {
-			return "SR-IOV PF with active VFs"
+	return ""
+}
+
+// wanted returns the device's minors of the wanted kinds, ordered by kind
+// (primary, render, control) and number.
+func (f filter) wanted(all []minor) []minor {
+	return f.appendWanted(nil, all)
+}
+
+func (f filter) appendWanted(dst []minor, all []minor) []minor {
+	for _, m := range all {
+		if f.wants[m.kind] {
+			dst = append(dst, m)
 		}
 	}
-	var minors []sysfs.Minor
+	slices.SortFunc(dst, func(a, b minor) int {
+		if d := int(a.kind) - int(b.kind); d != 0 {
+			return d
+		}
+		return a.index - b.index
+	})
+	return dst
+}
+
+// nodes returns, for each wanted kind in the config's order, the first
+// minor of that kind with a node in /dev; nil when there is none.
+func (f filter) nodes(minors []minor) []string {
+	var out []string
 	for _, kind := range f.want {
-		for _, m := range d.Minors {
-			if m.Kind == kind && h.NodeExists("dri/"+m.Name) {
-				minors = append(minors, m)
-				dev.Nodes = append(dev.Nodes, "/dev/dri/"+m.Name)
+		k := kindOf(kind)
+		for _, m := range minors {
+			if m.kind == k && m.inDev {
+				out = append(out, "/dev/dri/"+m.name())
 				break
 			}
 		}
 	}
-	switch {
-	case len(minors) == 0 && len(d.Minors) == 0:
-		return "no wanted device node"
-	case len(minors) == 0:
-		return "wanted device node missing from /dev"
+	return out
+}
+
+// order is the device's preference index: its primary node's number, or
+// for a device without one, its lowest other node number offset past any
+// card number.
+func order(minors []minor) int {
+	if minors[0].kind == kindPrimary {
+		return minors[0].index
 	}
-	dev.Resolve = func() ([]string, error) {
-		nodes := make([]string, len(minors))
-		for i, m := range minors {
-			var err error
-			if nodes[i], err = h.ResolveNode(d.MinorDir(m), "dri/"+m.Name); err != nil {
-				return nil, err
-			}
-		}
-		return nodes, nil
-	}
-	if scan.NUMA && isPCI {
-		dev.NUMA = dir.NUMA()
-	}
-	return ""
+	return 1<<20 + minors[0].index
 }
 
 // lower returns an attribute in lower case; "" when it was unreadable.

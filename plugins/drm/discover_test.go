@@ -1,20 +1,23 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 	"github.com/cdi-exec/plugins/test/fixture"
-	"golang.org/x/sys/unix"
 )
 
 // testHost is a machine with one device of each kind inventory tells apart.
@@ -78,11 +81,12 @@ func TestInventoryReasons(t *testing.T) {
 			"0000:05:00.1": "", "0000:06:00.0": noNode, platformKey: notAddr}},
 		{`{"want_device_nodes":["control"]}`, map[string]string{"0000:04:00.0": ""}},
 	}
+	facts, err := scan(h, true)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
-		gpus, err := inventory(h, filterOf(t, tt.args), pool.Scan{})
-		if err != nil {
-			t.Fatalf("%s: %v", tt.args, err)
-		}
+		gpus := judge(facts, filterOf(t, tt.args))
 		got := map[string]string{}
 		for _, g := range gpus {
 			got[g.Device.Key] = g.Reason
@@ -115,12 +119,16 @@ func TestInventoryNodes(t *testing.T) {
 	if err := unix.Mknod(filepath.Join(h.Root, "dev/dri/by-path/amd-card"), unix.S_IFCHR|0o600, int(st.Rdev)); err != nil {
 		t.Skipf("cannot make the device node here: %v", err)
 	}
-	gpus, err := inventory(h, filterOf(t, `{"want_device_nodes":["render","primary"]}`), pool.Scan{})
+	p := &plugin{host: h, filter: filterOf(t, `{"want_device_nodes":["render","primary"]}`), cache: newCache(t.TempDir(), h)}
+	facts, err := p.facts(true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	byKey := map[string]gpu{}
-	for _, g := range gpus {
+	for _, g := range judge(facts, p.filter) {
+		if g.Reason == "" {
+			g.Device.Resolve = p.resolver(g)
+		}
 		byKey[g.Device.Key] = g
 	}
 	tests := []struct {
@@ -144,7 +152,11 @@ func TestInventoryNodes(t *testing.T) {
 			if g.Device.Resolve != nil {
 				t.Errorf("%s: unusable device resolves", tt.key)
 			}
-			minors := slices.Sorted(slices.Values(g.minors))
+			var minors []string
+			for _, m := range g.minors {
+				minors = append(minors, "/dev/dri/"+m.name())
+			}
+			slices.Sort(minors)
 			if !slices.Equal(minors, tt.minors) {
 				t.Errorf("%s: minors %v, want %v", tt.key, minors, tt.minors)
 			}
@@ -166,38 +178,105 @@ func findUevent(t *testing.T, root, minor string) string {
 	return filepath.Join(target, "uevent")
 }
 
-// TestInventoryScan: ADD's scan skips devices other requests hold without
-// reading them, and NUMA is read only when asked for.
-func TestInventoryScan(t *testing.T) {
+// TestScanFull: the PCI ids and NUMA nodes are read only for a full scan,
+// and judging gives a device's NUMA node only when it is a PCI function.
+func TestScanFull(t *testing.T) {
 	h := buildHost(t, testHost)
 	f := filterOf(t, `{}`)
-	holders := map[string]string{"0000:03:00.0": "other", "0000:04:00.0": "me"}
-	for _, scan := range []pool.Scan{{}, {NUMA: true, Holder: func(k string) string { return holders[k] }, RequestID: "me"}} {
-		gpus, err := inventory(h, f, scan)
+	for _, full := range []bool{false, true} {
+		facts, err := scan(h, full)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := map[string]string{}
-		for _, g := range gpus {
-			if g.Reason == "" || g.Reason == "held by another request" {
-				got[g.Device.Key] = fmt.Sprintf("%s numa=%d", g.Reason, g.Device.NUMA)
+		for _, g := range judge(facts, f) {
+			if g.Reason == "" {
+				got[g.Device.Key] = fmt.Sprintf("%s numa=%d", g.fact.vendor, g.Device.NUMA)
 			}
 		}
 		want := map[string]string{"0000:03:00.0": " numa=-1", "0000:04:00.0": " numa=-1", platformKey: " numa=-1"}
-		if scan.NUMA {
-			want = map[string]string{"0000:03:00.0": "held by another request numa=-1", "0000:04:00.0": " numa=1", platformKey: " numa=-1"}
+		if full {
+			want = map[string]string{"0000:03:00.0": "0x10de numa=0", "0000:04:00.0": "0x1002 numa=1", platformKey: " numa=-1"}
 		}
 		if !maps.Equal(got, want) {
-			t.Errorf("scan NUMA=%v: got %v, want %v", scan.NUMA, got, want)
+			t.Errorf("full=%v: got %v, want %v", full, got, want)
 		}
 	}
+}
+
+// TestFactsEncoding: facts survive the cache's encoding, and INFO's count
+// in place agrees with judging the decoded facts, for every filter.
+func TestFactsEncoding(t *testing.T) {
+	h := buildHost(t, testHost)
+	facts, err := scan(h, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := encodeFacts(facts, true)
+	got, full, err := decodeFacts(enc)
+	if err != nil || !full || !reflect.DeepEqual(got, facts) {
+		t.Fatalf("decodeFacts = %+v %v %v, want %+v", got, full, err, facts)
+	}
+	for _, args := range []string{`{}`, `{"vendorid_whitelist":["0x10de"]}`, `{"pci_addresses":["0000:05:00.1"]}`, `{"want_device_nodes":["control"]}`} {
+		f := filterOf(t, args)
+		usable := 0
+		for _, g := range judge(facts, f) {
+			if g.Reason == "" {
+				usable++
+			}
+		}
+		if n, err := count(enc, f); err != nil || n != usable {
+			t.Errorf("%s: count = %d %v, judge = %d", args, n, err, usable)
+		}
+	}
+	for i := range enc { // a cut never decodes to less
+		if _, _, err := decodeFacts(enc[:i]); err == nil {
+			t.Fatalf("decodeFacts accepted %d of %d bytes", i, len(enc))
+		}
+		if _, err := count(enc[:i], filterOf(t, `{}`)); err == nil {
+			t.Fatalf("count accepted %d of %d bytes", i, len(enc))
+		}
+	}
+}
+
+// FuzzFacts: whatever a cache file holds, decoding fails cleanly or gives
+// facts that encode back to the same bytes, and count agrees.
+func FuzzFacts(f *testing.F) {
+	f.Add(encodeFacts([]fact{{sys: "/sys/devices/pci0000:00/0000:00:02.0", flags: isPCI, vendor: "0x8086", device: "0x1234", numa: 0,
+		minors: []minor{{kind: kindPrimary, index: 0, inDev: true}, {kind: kindRender, index: 128}}}}, true))
+	f.Add([]byte{0, 1, 1, 'x', 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		facts, full, err := decodeFacts(b)
+		n, cerr := count(b, filter{want: []string{sysfs.Primary}, wants: [3]bool{true}})
+		if (err == nil) != (cerr == nil) {
+			t.Fatalf("decodeFacts err %v, count err %v", err, cerr)
+		}
+		if err != nil {
+			return
+		}
+		if again := encodeFacts(facts, full); !bytes.Equal(again, b) && len(facts) > 0 {
+			// Varints have more than one spelling; the facts must still agree.
+			if re, _, err := decodeFacts(again); err != nil || !reflect.DeepEqual(re, facts) {
+				t.Fatalf("re-encoding changed the facts")
+			}
+		}
+		usable := 0
+		for _, g := range judge(facts, filter{want: []string{sysfs.Primary}, wants: [3]bool{true}}) {
+			if g.Reason == "" {
+				usable++
+			}
+		}
+		if n != usable {
+			t.Fatalf("count %d, judge %d", n, usable)
+		}
+	})
 }
 
 // TestPluginDiscover: the plugin's discovery hands pool only the usable
 // devices, and its DEVICES inventory lists all with their reasons.
 func TestPluginDiscover(t *testing.T) {
 	h := buildHost(t, testHost)
-	p := &plugin{host: h, filter: filterOf(t, `{}`)}
+	p := &plugin{host: h, filter: filterOf(t, `{}`), cache: newCache(t.TempDir(), h)}
 	devs, err := p.discover(t.Context(), nil, pool.Scan{})
 	if err != nil {
 		t.Fatal(err)
@@ -221,22 +300,48 @@ func TestPluginDiscover(t *testing.T) {
 	}
 }
 
-func BenchmarkInventory(b *testing.B) {
+// benchHost is a host of n GPUs.
+func benchHost(b *testing.B, n int) *sysfs.Host {
+	var h fixture.Host
+	for i := range n {
+		h.GPUs = append(h.GPUs, fixture.GPU{
+			Addr: fmt.Sprintf("0000:%02x:%02x.0", 0x10+i/32, i%32), Vendor: "0x10de", Device: "0x2330",
+			NUMA: fixture.Int(i % 4), Driver: "nvidia", Card: i, Render: 128 + i, Control: -1,
+		})
+	}
+	return buildHost(b, h)
+}
+
+// BenchmarkScan is discovery on a cache miss: every device read from the
+// host.
+func BenchmarkScan(b *testing.B) {
 	for _, n := range []int{8, 256} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			var h fixture.Host
-			for i := range n {
-				h.GPUs = append(h.GPUs, fixture.GPU{
-					Addr: fmt.Sprintf("0000:%02x:%02x.0", 0x10+i/32, i%32), Vendor: "0x10de", Device: "0x2330",
-					NUMA: fixture.Int(i % 4), Driver: "nvidia", Card: i, Render: 128 + i, Control: -1,
-				})
+			root := benchHost(b, n).Root
+			for b.Loop() {
+				facts, err := scan(sysfs.NewHost(root), false)
+				if err != nil || len(facts) != n {
+					b.Fatal(err, len(facts))
+				}
 			}
-			root := buildHost(b, h).Root
+		})
+	}
+}
+
+// BenchmarkCount is INFO's work on a cache hit: counting the usable
+// devices in the cached facts.
+func BenchmarkCount(b *testing.B) {
+	for _, n := range []int{64, 1024} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			facts, err := scan(benchHost(b, n), true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			enc := encodeFacts(facts, true)
 			f, _, _ := args{}.validate()
 			for b.Loop() {
-				gpus, err := inventory(sysfs.NewHost(root), f, pool.Scan{})
-				if err != nil || len(gpus) != n {
-					b.Fatal(err, len(gpus))
+				if got, err := count(enc, f); err != nil || got != n {
+					b.Fatal(got, err)
 				}
 			}
 		})

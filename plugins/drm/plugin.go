@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/cdi-exec/plugins/pkg/cache"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
@@ -27,6 +28,7 @@ type args struct {
 // filter is the validated form of args.
 type filter struct {
 	want    []string        // node kinds, in handout order
+	wants   [3]bool         // by minor kind
 	vendors map[string]bool // lower-case "0x...."; nil for any
 	devices map[string]bool
 	addrs   map[string]bool // nil for any (VFs then excluded)
@@ -42,8 +44,10 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), filter: f}
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory, Place: p.place}
+	h := sysfs.NewHost(c.Env.HostRoot)
+	p := &plugin{host: h, filter: f, cache: newCache(c.Env.StateDir, h)}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Capacity: p.capacity,
+		Inventory: p.inventory, Place: p.place}
 	return p, nil
 }
 
@@ -63,6 +67,9 @@ func (a args) validate() (filter, bool, error) {
 			return f, false, fmt.Errorf("want_device_nodes: %q listed twice", k)
 		}
 	}
+	for _, k := range f.want {
+		f.wants[kindOf(k)] = true
+	}
 	var err error
 	if f.vendors, err = sysfs.IDSet("vendorid_whitelist", a.VendorIDWhitelist); err != nil {
 		return f, false, err
@@ -81,51 +88,83 @@ type plugin struct {
 	pool.Pool
 	host   *sysfs.Host
 	filter filter
+	cache  *cache.Cache
 }
 
+// discover returns the usable devices, from the cache when it is fresh.
+// Each carries a Resolve that checks it live before it is handed out.
 func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
-	gpus, err := inventory(p.host, p.filter, scan)
+	facts, err := p.facts(true, scan.Rescan)
 	if err != nil {
 		return nil, err
 	}
 	var out []pool.Device
-	for _, g := range gpus {
-		if g.Reason == "" {
-			out = append(out, g.Device)
+	for i := range facts {
+		ft := &facts[i]
+		if scan.Skipped(ft.key()) {
+			continue // another request holds it: nothing to build
 		}
+		g, ok := p.filter.judge(ft)
+		if !ok || g.Reason != "" {
+			continue
+		}
+		g.Device.Nodes = p.filter.nodes(g.minors)
+		g.Device.Resolve = p.resolver(g)
+		g.Device.Dir = p.host.Path(ft.sys)
+		out = append(out, g.Device)
 	}
 	return out, nil
 }
 
+// capacity answers INFO: the usable devices, counted from the facts.
+func (p *plugin) capacity(context.Context, *skel.Call) (int, error) {
+	full := p.filter.vendors != nil || p.filter.devices != nil
+	enc, err := p.encoded(full, false)
+	if err != nil {
+		return 0, err
+	}
+	n, err := count(enc, p.filter)
+	if err != nil { // a cache that does not decode: read the host
+		if enc, err = p.encoded(full, true); err != nil {
+			return 0, err
+		}
+		n, err = count(enc, p.filter)
+	}
+	return n, err
+}
+
 func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
-	gpus, err := inventory(p.host, p.filter, pool.Scan{}) // NUMA: from Place below
+	facts, err := p.facts(true, false)
 	if err != nil {
 		return nil, err
 	}
+	gpus := judge(facts, p.filter)
 	out := make([]protocol.DeviceInfo, len(gpus))
 	for i, g := range gpus {
 		nodes := g.Device.Nodes
 		if g.Reason == "" {
-			if _, err := g.Device.Resolve(); err != nil {
+			if _, err := p.resolver(g)(); err != nil {
 				g.Reason = err.Error() // ADD would not hand it out
 			}
 		}
 		if g.Reason != "" {
-			nodes = g.minors // what the device has, for people to see
+			nodes = make([]string, len(g.minors)) // what the device has, for people to see
+			for j, m := range g.minors {
+				nodes[j] = "/dev/dri/" + m.name()
+			}
 		}
-		numa, pcie := p.host.Place(p.host.SysPath(g.dir)) // unusable devices too
-		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: numa, Usable: g.Reason == "", Reason: g.Reason,
+		pcie := sysfs.ParsePCIe(g.fact.sys)
+		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.fact.numa, Usable: g.Reason == "", Reason: g.Reason,
 			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key)}
-		if sysfs.IsPCIAddr(g.Device.Key) {
-			out[i].VendorID = lower(sysfs.ReadAttr(g.dir + "/vendor"))
-			out[i].DeviceID = lower(sysfs.ReadAttr(g.dir + "/device"))
+		if g.fact.flags&isPCI != 0 {
+			out[i].VendorID, out[i].DeviceID = g.fact.vendor, g.fact.device
 		}
 	}
 	return out, nil
 }
 
-// place is where a GPU sits: its NUMA node, read by discovery for ADD, and
-// its PCIe chain, parsed from the device directory discovery resolved.
+// place is where a GPU sits: its NUMA node, from the facts, and its PCIe
+// chain, parsed from the device directory the facts name.
 func (p *plugin) place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
 	return d.NUMA, sysfs.ParsePCIe(p.host.SysPath(d.Dir)).Chain()
 }

@@ -1,7 +1,7 @@
 // Package devname maps the device keys of the exec protocol (the keys a
 // DEVICES answer reports and a pinned ADD names,
-// docs/protocol.md#pinned-add) to the names of devices in a Kubernetes
-// ResourceSlice, and back.
+// docs/protocol.md#extension-pinned-add) to the names of devices in a
+// Kubernetes ResourceSlice, and back.
 //
 // A ResourceSlice names a device by a DNS label: 1 to 63 lower-case
 // letters, digits and "-", starting and ending with a letter or digit. A

@@ -1,0 +1,348 @@
+// Package cache keeps a plugin's derived discovery facts between
+// invocations, in one file beside its store (<plugin>.cache in the state
+// directory), and decides whether they still describe the host.
+//
+// The facts are opaque bytes to this package; the plugin encodes them and
+// filters them per config. A file is only ever replaced whole (written
+// under a temporary name and renamed), carries a checksum, and is rebuilt
+// when it is missing, stale or corrupt. It is never the store, and never
+// the only basis for handing a device out: a plugin checks the devices it
+// chose live before it commits (docs/performance.md#discovery-cache).
+//
+// Staleness is judged from what the kernel changes when devices come and
+// go (Stamp): the boot, the uevent sequence number, the modification time
+// of devtmpfs directories, and, when those moved, the names and inode
+// numbers of the directories that list the devices.
+package cache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/pkg/dirent"
+)
+
+// Watch says where a host shows its devices. Paths are host paths (under
+// the host root).
+type Watch struct {
+	// Boot is the kernel's boot id (proc/sys/kernel/random/boot_id). A
+	// host without one is never cached: across a reboot nothing else
+	// can be trusted.
+	Boot string
+	// Seqnum is the kernel's uevent sequence number
+	// (sys/kernel/uevent_seqnum); a host without one always takes the
+	// listing check.
+	Seqnum string
+	// Sys are sysfs directories whose entries (names and inode numbers)
+	// are compared when the sequence number moved.
+	Sys []string
+	// Dev are devtmpfs directories whose modification time is compared
+	// every time, and whose entries are compared when it moved.
+	Dev []string
+	// List lists a directory as dirent.List does (the default). A
+	// plugin passes its sysfs.Host's List, so that the stamp of a scan
+	// and the scan itself read each directory once, and the same.
+	List func(dir string, fn func(name []byte, ino uint64, typ uint8)) error
+}
+
+// Cache is one plugin's cache file.
+type Cache struct {
+	dir   string // state directory
+	name  string // file name, <plugin>.cache
+	key   string // what the facts depend on besides the host's state
+	watch Watch
+}
+
+// New returns the cache of plugin in stateDir. key names everything the
+// facts depend on that the Watch does not cover (the format of the facts,
+// the host root): a file with another key is stale.
+func New(stateDir, plugin, key string, w Watch) *Cache {
+	return &Cache{dir: stateDir, name: plugin + ".cache", key: key, watch: w}
+}
+
+// Path is the cache file.
+func (c *Cache) Path() string { return c.dir + "/" + c.name }
+
+// Load returns the cached facts when they still describe the host. When
+// they do not (or there are none), it returns nil facts and the stamp to
+// save freshly scanned facts with: it was taken now, before the caller
+// scans, so that a change during the scan is seen by the next Load. A
+// stamp of a host that cannot be cached is nil.
+//
+// When the facts are still valid but the stamp moved (the sequence number
+// changed for devices the watch does not list), the file is rewritten
+// with the new stamp, so that the next Load is quick again.
+func (c *Cache) Load() ([]byte, *Stamp) {
+	now, ok := c.quick()
+	if !ok {
+		return nil, nil
+	}
+	file, err := c.read()
+	if err != nil {
+		return nil, c.listed(now)
+	}
+	old, facts, err := c.decode(file)
+	if err != nil {
+		return nil, c.listed(now)
+	}
+	if now.same(old) {
+		return facts, nil
+	}
+	if now.boot != old.boot {
+		return nil, c.listed(now)
+	}
+	// The sequence number or a /dev directory moved: compare listings.
+	now = c.listed(now)
+	if now == nil || !now.sameLists(old) {
+		return nil, now
+	}
+	_ = c.Save(now, facts)
+	return facts, nil
+}
+
+// Begin returns a stamp taken now, to save facts scanned after it with;
+// nil when the host cannot be cached.
+func (c *Cache) Begin() *Stamp {
+	now, ok := c.quick()
+	if !ok {
+		return nil
+	}
+	return c.listed(now)
+}
+
+// read reads the cache file: a regular file of ours, never through a link.
+func (c *Cache) read() ([]byte, error) {
+	fd, err := unix.Open(c.Path(), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 || st.Size > maxSize {
+		return nil, errors.New("not a cache file of ours")
+	}
+	buf := make([]byte, st.Size)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf[:n], nil
+}
+
+// maxSize bounds a cache file; facts of thousands of devices take tens of
+// KiB.
+const maxSize = 16 << 20
+
+// Save replaces the cache file with facts under stamp st: the new file is
+// written whole under a temporary name and renamed into place. A nil stamp (a host that cannot be cached) or a state directory that does
+// not exist saves nothing. The file is not synced: after a crash it is at
+// worst empty or torn, which its checksum catches, and it is rebuilt.
+func (c *Cache) Save(st *Stamp, facts []byte) error {
+	if st == nil {
+		return nil
+	}
+	b := c.encode(st, facts)
+	c.sweep()
+	tmp := c.Path() + ".tmp-" + strconv.Itoa(os.Getpid())
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := writeAll(fd, b); err != nil {
+		unix.Close(fd)
+		unix.Unlink(tmp)
+		return err
+	}
+	if err := unix.Close(fd); err != nil {
+		unix.Unlink(tmp)
+		return err
+	}
+	// Unlink first, then rename: ext4 (auto_da_alloc) flushes a file
+	// that is renamed over another to disk before it returns, which costs
+	// half a millisecond. A reader meanwhile finds the old file, none
+	// (and rescans), or the new one; never a torn one.
+	if err := unix.Unlink(c.Path()); err != nil && err != unix.ENOENT {
+		unix.Unlink(tmp)
+		return err
+	}
+	if err := unix.Rename(tmp, c.Path()); err != nil {
+		unix.Unlink(tmp)
+		return err
+	}
+	return nil
+}
+
+// sweep removes temporary files that a process killed between writing
+// and renaming left behind: this cache's, regular files of this user,
+// older than a minute (a write takes microseconds).
+func (c *Cache) sweep() {
+	prefix := c.name + ".tmp-"
+	cutoff := time.Now().Add(-time.Minute).Unix()
+	var stale []string
+	_ = dirent.List(c.dir, func(name []byte, _ uint64, _ uint8) {
+		if strings.HasPrefix(string(name), prefix) {
+			stale = append(stale, string(name))
+		}
+	})
+	for _, name := range stale {
+		var st unix.Stat_t
+		p := c.dir + "/" + name
+		if unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG &&
+			st.Uid == uint32(os.Geteuid()) && st.Mtim.Sec < cutoff {
+			_ = unix.Unlink(p)
+		}
+	}
+}
+
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// The file: magic, then a checksum of the rest (sum), then the rest:
+// format version, key, stamp, facts.
+const (
+	magic   = "CDIcache"
+	version = 1
+)
+
+func (c *Cache) encode(st *Stamp, facts []byte) []byte {
+	b := make([]byte, 0, 128+len(facts))
+	b = append(b, magic...)
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // checksum, below
+	b = binary.AppendUvarint(b, version)
+	b = appendString(b, c.key)
+	b = st.append(b)
+	b = append(b, facts...)
+	binary.LittleEndian.PutUint64(b[len(magic):], sum(b[len(magic)+8:]))
+	return b
+}
+
+// decode checks a file and splits it into its stamp and facts.
+func (c *Cache) decode(b []byte) (*Stamp, []byte, error) {
+	if len(b) < len(magic)+8 || string(b[:len(magic)]) != magic {
+		return nil, nil, errors.New("not a cache file")
+	}
+	want := binary.LittleEndian.Uint64(b[len(magic):])
+	r := reader{b: b[len(magic)+8:]}
+	if sum(r.b) != want {
+		return nil, nil, errors.New("checksum mismatch")
+	}
+	if r.uvarint() != version || r.string() != c.key {
+		return nil, nil, errors.New("another format or host")
+	}
+	st := r.stamp()
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	return st, r.b, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// reader decodes the file; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) u64() uint64 {
+	if len(r.b) < 8 {
+		r.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) string() string {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail()
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = errors.New("truncated cache file")
+	}
+	r.b = nil
+}
+
+// String describes the cache for messages.
+func (c *Cache) String() string { return fmt.Sprintf("discovery cache %s", c.Path()) }
+
+// sum is a 64-bit checksum that catches a torn or garbled file: eight
+// bytes at a time, multiply and rotate, no tables (hash/crc32 builds its
+// tables at start-up, which costs a fresh process more than it saves).
+func sum(b []byte) uint64 {
+	const p1, p2 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F
+	h := uint64(len(b)) * p1
+	for ; len(b) >= 8; b = b[8:] {
+		h = bits.RotateLeft64(h^binary.LittleEndian.Uint64(b)*p2, 31) * p1
+	}
+	for _, c := range b {
+		h = bits.RotateLeft64(h^uint64(c)*p2, 11) * p1
+	}
+	h ^= h >> 29
+	h *= p2
+	return h ^ h>>32
+}
+
+// trimID reads a one-line kernel attribute such as boot_id.
+func trimID(b []byte) string { return strings.TrimSpace(string(bytes.TrimRight(b, "\x00"))) }
+
+// racy is how close to the present a directory's modification time must
+// be for it not to prove that nothing changed since: file system times
+// come from a coarse clock, so a change in the same tick as the stamp
+// could leave the time as it was.
+const racy = time.Second

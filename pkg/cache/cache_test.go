@@ -1,0 +1,253 @@
+package cache
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// host is a fake kernel tree: a boot id, a sequence number, a sysfs
+// directory and a devtmpfs directory.
+type host struct {
+	t    *testing.T
+	root string
+}
+
+func newHost(t *testing.T) *host {
+	h := &host{t: t, root: t.TempDir()}
+	h.write("boot_id", "8f1e-boot-1\n")
+	h.write("seqnum", "100\n")
+	h.mkdir("class")
+	h.mkdir("dri")
+	h.write("class/card0", "")
+	h.write("dri/card0", "")
+	long := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(h.path("dri"), long, long); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *host) path(p string) string { return filepath.Join(h.root, p) }
+
+func (h *host) write(p, s string) {
+	h.t.Helper()
+	if err := os.WriteFile(h.path(p), []byte(s), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *host) mkdir(p string) {
+	h.t.Helper()
+	if err := os.MkdirAll(h.path(p), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *host) bump() {
+	b, _ := os.ReadFile(h.path("seqnum"))
+	n, _ := strconv.Atoi(string(bytes.TrimSpace(b)))
+	h.write("seqnum", strconv.Itoa(n+1)+"\n")
+}
+
+func (h *host) cache(state string) *Cache {
+	return New(state, "p", "facts v1", Watch{Boot: h.path("boot_id"), Seqnum: h.path("seqnum"),
+		Sys: []string{h.path("class")}, Dev: []string{h.path("dri")}})
+}
+
+// TestLoad: facts saved under a stamp come back while nothing the watch
+// covers changed, and not after any change it covers.
+func TestLoad(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(h *host)
+		fresh  bool
+	}{
+		{"nothing", func(*host) {}, true},
+		{"seqnum moved, same listings", (*host).bump, true},
+		{"entry added, seqnum moved", func(h *host) { h.write("class/card1", ""); h.bump() }, false},
+		{"entry re-created, same name", func(h *host) {
+			h.write("class/card0.new", "")
+			if err := os.Rename(h.path("class/card0.new"), h.path("class/card0")); err != nil {
+				t.Fatal(err)
+			}
+			h.bump()
+		}, false},
+		{"/dev entry removed, no uevent", func(h *host) {
+			if err := os.Remove(h.path("dri/card0")); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"reboot", func(h *host) { h.write("boot_id", "8f1e-boot-2\n") }, false},
+		{"no seqnum, same listings", func(h *host) {
+			if err := os.Remove(h.path("seqnum")); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"no seqnum, entry gone", func(h *host) {
+			if err := os.Remove(h.path("seqnum")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(h.path("class/card0")); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHost(t)
+			c := h.cache(t.TempDir())
+			if facts, st := c.Load(); facts != nil || st == nil {
+				t.Fatalf("empty cache: facts %q, stamp %v", facts, st)
+			}
+			if err := c.Save(c.Begin(), []byte("the facts")); err != nil {
+				t.Fatal(err)
+			}
+			tt.change(h)
+			facts, st := c.Load()
+			if got := facts != nil; got != tt.fresh {
+				t.Fatalf("fresh = %v, want %v", got, tt.fresh)
+			}
+			if tt.fresh && string(facts) != "the facts" || !tt.fresh && st == nil {
+				t.Fatalf("facts %q, stamp %v", facts, st)
+			}
+		})
+	}
+}
+
+// TestStampRewritten: once the listings proved a moved sequence number
+// harmless, the file carries the new number and the next Load lists
+// nothing.
+func TestStampRewritten(t *testing.T) {
+	h := newHost(t)
+	c := h.cache(t.TempDir())
+	if err := c.Save(c.Begin(), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	h.bump()
+	if facts, _ := c.Load(); facts == nil {
+		t.Fatal("not fresh")
+	}
+	listed := 0
+	c.watch.List = func(string, func([]byte, uint64, uint8)) error { listed++; return nil }
+	if facts, _ := c.Load(); facts == nil || listed != 0 {
+		t.Fatalf("facts %q after %d listings", facts, listed)
+	}
+}
+
+// TestRacy: a /dev directory changed within the clock's resolution of the
+// stamp proves nothing, so the next Load compares its listing.
+func TestRacy(t *testing.T) {
+	h := newHost(t)
+	now := time.Now()
+	if err := os.Chtimes(h.path("dri"), now, now); err != nil {
+		t.Fatal(err)
+	}
+	c := h.cache(t.TempDir())
+	if err := c.Save(c.Begin(), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	listed := 0
+	c.watch.List = func(dir string, fn func([]byte, uint64, uint8)) error { listed++; return nil }
+	c.Load()
+	if listed == 0 {
+		t.Fatal("a racy stamp was trusted without listing")
+	}
+}
+
+// TestFile: the file is 0600, a damaged one or one of another key is not
+// trusted, and a host without a boot id or a missing state directory
+// saves nothing.
+func TestFile(t *testing.T) {
+	h := newHost(t)
+	state := t.TempDir()
+	c := h.cache(state)
+	if err := c.Save(c.Begin(), []byte("facts")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(c.Path())
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%v %v", fi, err)
+	}
+	good, _ := os.ReadFile(c.Path())
+	for i := range good {
+		bad := bytes.Clone(good)
+		bad[i] ^= 0x40
+		if err := os.WriteFile(c.Path(), bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if facts, _ := c.Load(); facts != nil {
+			t.Fatalf("byte %d flipped: trusted %q", i, facts)
+		}
+	}
+	if err := os.WriteFile(c.Path(), good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := New(state, "p", "facts v2", c.watch)
+	if facts, _ := other.Load(); facts != nil {
+		t.Fatal("another key's facts were trusted")
+	}
+	if err := os.Remove(h.path("boot_id")); err != nil {
+		t.Fatal(err)
+	}
+	if facts, st := c.Load(); facts != nil || st != nil {
+		t.Fatalf("no boot id: facts %q, stamp %v", facts, st)
+	}
+	gone := New(filepath.Join(state, "missing"), "p", "k", newHost(t).cache(state).watch)
+	if err := gone.Save(gone.Begin(), []byte("x")); err == nil {
+		t.Fatal("saved into a state directory that does not exist")
+	}
+}
+
+// FuzzDecode: any file either fails to decode or gives facts that were
+// checksummed: never a panic.
+func FuzzDecode(f *testing.F) {
+	c := New("/nonexistent", "p", "k", Watch{})
+	st := &Stamp{boot: "b", seq: 7, hasSeq: true, times: []int64{1}, sys: []listing{{1, 2}}, dev: []listing{{3, 4}}}
+	f.Add(c.encode(st, []byte("facts")))
+	f.Add([]byte("CDIcache"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, facts, err := c.decode(b)
+		if err != nil {
+			return
+		}
+		if again := c.encode(st, facts); !bytes.Equal(again, b) {
+			// Varints may be spelled longer than needed; the stamp must
+			// still read back the same.
+			st2, facts2, err := c.decode(again)
+			if err != nil || !bytes.Equal(facts2, facts) || st2.boot != st.boot || st2.seq != st.seq {
+				t.Fatalf("re-encoding changed the file")
+			}
+		}
+	})
+}
+
+// TestSweep: a temporary file a killed writer left behind goes with the
+// next write once it is old; a fresh one (a writer at work) stays.
+func TestSweep(t *testing.T) {
+	h := newHost(t)
+	state := t.TempDir()
+	c := h.cache(state)
+	old, fresh := c.Path()+".tmp-1", c.Path()+".tmp-2"
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, []byte("torn"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(old, long, long); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Save(c.Begin(), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("old temporary file kept: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh temporary file removed: %v", err)
+	}
+}

@@ -1,0 +1,267 @@
+package store
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// A record is kept as the JSON that encoding/json makes of it. Records are
+// written and read by hand here, because the first use of encoding/json in
+// a process costs more (reflection over the types, about 0.1 ms) than the
+// whole transaction around it: marshalRecord writes exactly the bytes
+// json.Marshal writes, and unmarshalRecord reads exactly that form
+// directly, leaving anything else (escaped strings, other spacing or
+// order, records written by older versions) to json.Unmarshal. Both are
+// fuzzed against encoding/json (record_test.go).
+
+// marshalRecord is json.Marshal(r).
+func marshalRecord(r *Record) ([]byte, error) {
+	for _, a := range r.Allocations {
+		if _, err := a.Created.MarshalJSON(); err != nil {
+			return json.Marshal(r) // for encoding/json's own error
+		}
+	}
+	b := make([]byte, 0, 256)
+	b = append(b, `{"id":`...)
+	b = appendString(b, r.ID)
+	b = append(b, `,"type":`...)
+	b = appendString(b, r.Type)
+	b = append(b, `,"allocations":`...)
+	b = appendList(b, r.Allocations, appendAllocation)
+	return append(b, '}'), nil
+}
+
+func appendAllocation(b []byte, a Allocation) []byte {
+	b = append(b, `{"spec":`...)
+	b = appendString(b, a.Spec)
+	b = append(b, `,"amount":`...)
+	b = strconv.AppendInt(b, int64(a.Amount), 10)
+	b = append(b, `,"devices":`...)
+	b = appendList(b, a.Devices, func(b []byte, d Device) []byte {
+		b = append(b, `{"key":`...)
+		b = appendString(b, d.Key)
+		b = append(b, `,"nodes":`...)
+		b = appendList(b, d.Nodes, appendString)
+		b = append(b, `,"numa":`...)
+		b = strconv.AppendInt(b, int64(d.NUMA), 10)
+		return append(b, '}')
+	})
+	created, _ := a.Created.MarshalJSON() // checked by marshalRecord
+	b = append(b, `,"created":`...)
+	b = append(b, created...)
+	if len(a.Nodes) > 0 {
+		b = append(b, `,"nodes":`...)
+		b = appendList(b, a.Nodes, appendString)
+	}
+	if a.Delegate != "" {
+		b = append(b, `,"delegate":`...)
+		b = appendString(b, a.Delegate)
+	}
+	return append(b, '}')
+}
+
+// appendList writes a list as encoding/json does: null for nil.
+func appendList[T any](b []byte, list []T, elem func([]byte, T) []byte) []byte {
+	if list == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, v := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = elem(b, v)
+	}
+	return append(b, ']')
+}
+
+// appendString writes s as encoding/json does, HTML characters escaped.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hex[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	return append(append(b, s[start:]...), '"')
+}
+
+// unmarshalRecord is json.Unmarshal(b, r) for a fresh r.
+func unmarshalRecord(b []byte, r *Record) error {
+	p := parser{b: b}
+	if p.record(r) && p.ok && len(p.b) == 0 {
+		return nil
+	}
+	*r = Record{}
+	return json.Unmarshal(b, r)
+}
+
+// parser reads the exact form marshalRecord writes; ok turns false at the
+// first byte it does not expect.
+type parser struct {
+	b  []byte
+	ok bool
+}
+
+func (p *parser) lit(s string) bool {
+	if !p.ok || len(p.b) < len(s) || string(p.b[:len(s)]) != s {
+		p.ok = false
+		return false
+	}
+	p.b = p.b[len(s):]
+	return true
+}
+
+func (p *parser) record(r *Record) bool {
+	p.ok = true
+	return p.lit(`{"id":`) && p.str(&r.ID) && p.lit(`,"type":`) && p.str(&r.Type) &&
+		p.lit(`,"allocations":`) && list(p, &r.Allocations, p.allocation) && p.lit(`}`)
+}
+
+func (p *parser) allocation(a *Allocation) bool {
+	if !(p.lit(`{"spec":`) && p.str(&a.Spec) && p.lit(`,"amount":`) && p.int(&a.Amount) &&
+		p.lit(`,"devices":`) && list(p, &a.Devices, p.device) && p.lit(`,"created":`)) {
+		return false
+	}
+	end := p.quoted()
+	if end < 0 || a.Created.UnmarshalJSON(p.b[:end]) != nil {
+		p.ok = false
+		return false
+	}
+	p.b = p.b[end:]
+	if len(p.b) > 0 && string(p.b[:min(len(p.b), 9)]) == `,"nodes":` {
+		if !(p.lit(`,"nodes":`) && list(p, &a.Nodes, p.str)) || len(a.Nodes) == 0 {
+			p.ok = false
+			return false
+		}
+	}
+	if len(p.b) > 0 && string(p.b[:min(len(p.b), 12)]) == `,"delegate":` {
+		if !(p.lit(`,"delegate":`) && p.str(&a.Delegate)) || a.Delegate == "" {
+			p.ok = false
+			return false
+		}
+	}
+	return p.lit(`}`)
+}
+
+func (p *parser) device(d *Device) bool {
+	return p.lit(`{"key":`) && p.str(&d.Key) && p.lit(`,"nodes":`) && list(p, &d.Nodes, p.str) &&
+		p.lit(`,"numa":`) && p.int(&d.NUMA) && p.lit(`}`)
+}
+
+// list reads null (nil) or a list ([] is empty, not nil).
+func list[T any](p *parser, dst *[]T, elem func(*T) bool) bool {
+	if len(p.b) >= 4 && string(p.b[:4]) == "null" {
+		p.b = p.b[4:]
+		return true
+	}
+	if !p.lit(`[`) {
+		return false
+	}
+	*dst = []T{}
+	for i := 0; len(p.b) > 0 && p.b[0] != ']'; i++ {
+		if i > 0 && !p.lit(`,`) {
+			return false
+		}
+		var v T
+		if !elem(&v) {
+			return false
+		}
+		*dst = append(*dst, v)
+	}
+	return p.lit(`]`)
+}
+
+// quoted returns the length of the string at the front, quotes included,
+// when it needs no unescaping and is valid UTF-8; else -1.
+func (p *parser) quoted() int {
+	if len(p.b) == 0 || p.b[0] != '"' {
+		return -1
+	}
+	for i := 1; i < len(p.b); i++ {
+		switch c := p.b[i]; {
+		case c == '"':
+			if !utf8.Valid(p.b[1:i]) {
+				return -1
+			}
+			return i + 1
+		case c == '\\' || c < ' ':
+			return -1
+		}
+	}
+	return -1
+}
+
+func (p *parser) str(s *string) bool {
+	end := p.quoted()
+	if end < 0 {
+		p.ok = false
+		return false
+	}
+	*s = string(p.b[1 : end-1])
+	p.b = p.b[end:]
+	return true
+}
+
+// int reads an integer in JSON's form (no leading zeros, no fraction or
+// exponent) that fits an int.
+func (p *parser) int(n *int) bool {
+	i := 0
+	if i < len(p.b) && p.b[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(p.b) && p.b[i] >= '0' && p.b[i] <= '9' {
+		i++
+	}
+	if i == start || p.b[start] == '0' && i > start+1 || i < len(p.b) && (p.b[i] == '.' || p.b[i] == 'e' || p.b[i] == 'E') {
+		p.ok = false
+		return false
+	}
+	v, err := strconv.Atoi(string(p.b[:i]))
+	if err != nil {
+		p.ok = false
+		return false
+	}
+	*n = v
+	p.b = p.b[i:]
+	return true
+}

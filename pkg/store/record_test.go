@@ -1,0 +1,95 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"hash/crc64"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func sampleRecords() []*Record {
+	at := time.Date(2026, 11, 22, 14, 5, 6, 789000000, time.UTC)
+	return []*Record{
+		{ID: "a", Type: "gpu", Allocations: []Allocation{{Spec: "gpu", Amount: 1, Created: at,
+			Devices: []Device{{Key: "0000:03:00.0", Nodes: []string{"/dev/dri/card0", "/dev/dri/renderD128"}, NUMA: 1}}}}},
+		{ID: "b", Type: "vgpu", Allocations: []Allocation{{Spec: "vgpu-x", Amount: 2, Created: at, Delegate: "drm",
+			Nodes: []string{"/dev/vfio/1", "/dev/vfio/vfio"}, Devices: []Device{{Key: "k", Nodes: nil, NUMA: -1}, {Key: "<&>\"\\\u2028\xff", Nodes: []string{}, NUMA: 0}}}}},
+		{ID: "c", Type: "tty"},
+		{ID: "d", Type: "t", Allocations: []Allocation{}},
+		{ID: "e", Type: "t", Allocations: []Allocation{{Devices: []Device{}, Nodes: []string{}}}},
+	}
+}
+
+// TestRecordCodec: the hand-written codec writes what encoding/json
+// writes and reads it back as encoding/json does.
+func TestRecordCodec(t *testing.T) {
+	for _, r := range sampleRecords() {
+		checkRecord(t, r)
+	}
+}
+
+func checkRecord(t *testing.T, r *Record) {
+	t.Helper()
+	got, err := marshalRecord(r)
+	want, werr := json.Marshal(r)
+	if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
+		t.Fatalf("marshalRecord(%+v) =\n%s %v\nwant\n%s %v", r, got, err, want, werr)
+	}
+	if err != nil {
+		return
+	}
+	checkDecode(t, want)
+}
+
+// checkDecode: unmarshalRecord agrees with json.Unmarshal, error or not.
+func checkDecode(t *testing.T, b []byte) {
+	t.Helper()
+	var fast, slow Record
+	err := unmarshalRecord(b, &fast)
+	werr := json.Unmarshal(b, &slow)
+	if (err == nil) != (werr == nil) || err == nil && !reflect.DeepEqual(fast, slow) {
+		t.Fatalf("unmarshalRecord(%q) = %+v %v, want %+v %v", b, fast, err, slow, werr)
+	}
+}
+
+// FuzzRecordCodec: for any record built from the fuzzer's strings and
+// numbers, the codec writes what encoding/json writes; for any bytes at
+// all, it reads what encoding/json reads.
+func FuzzRecordCodec(f *testing.F) {
+	for _, r := range sampleRecords() {
+		b, _ := json.Marshal(r)
+		f.Add(r.ID, "gpu", "/dev/dri/card0", 3, int64(1700000000123456789), false, b)
+	}
+	f.Add("x", "\u2028", "", -1, int64(0), true, []byte(`{"id":"a","ID":"b","type":"t","allocations":null}`))
+	f.Fuzz(func(t *testing.T, id, spec, node string, n int, ns int64, empty bool, raw []byte) {
+		nodes := []string{node, spec}
+		if empty {
+			nodes = nil
+		}
+		r := &Record{ID: id, Type: spec, Allocations: []Allocation{{Spec: spec, Amount: n, Created: time.Unix(0, ns).UTC(),
+			Devices: []Device{{Key: node, Nodes: nodes, NUMA: n}}, Nodes: nodes, Delegate: node}}}
+		checkRecord(t, r)
+		checkDecode(t, raw)
+	})
+}
+
+// FuzzCRC: the byte-at-a-time CRC is crc64's CRC-64/ECMA, in one piece or
+// in two.
+func FuzzCRC(f *testing.F) {
+	f.Add([]byte("123456789"), 3)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, b []byte, cut int) {
+		table := crc64.MakeTable(crc64.ECMA)
+		if got, want := crcUpdate(0, b), crc64.Checksum(b, table); got != want {
+			t.Fatalf("crcUpdate(%q) = %#x, want %#x", b, got, want)
+		}
+		if cut < 0 || cut > len(b) {
+			return
+		}
+		if got, want := crcUpdate(crcUpdate(0, b[:cut]), b[cut:]), crc64.Update(crc64.Update(0, table, b[:cut]), table, b[cut:]); got != want {
+			t.Fatalf("in two pieces: %#x, want %#x", got, want)
+		}
+	})
+}

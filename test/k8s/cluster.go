@@ -1,0 +1,286 @@
+//go:build e2enode
+
+package k8se2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+	"time"
+)
+
+// Cluster is a private control plane on 127.0.0.1 with the node joined
+// to it: etcd (Debian's etcd-server), kube-apiserver, kube-scheduler and
+// kube-controller-manager, all with certificates from the test's own CA.
+//
+// The service range is 127.0.0.0/28, so the kubernetes Service is
+// 127.0.0.1:443, where the API server listens: pods on the host's network
+// reach it through the in-cluster config without kube-proxy.
+type Cluster struct {
+	*Node
+	// Kubeconfig is a cluster-admin kubeconfig, for kubectl.
+	Kubeconfig string
+	admin      *client
+}
+
+// Server is the API server's address, the kubernetes Service's too.
+const Server = "https://127.0.0.1:443"
+
+// StartCluster starts a control plane and a node joined to it, and waits
+// until the node is Ready and the default service account exists. It
+// skips t when this machine cannot run them.
+func StartCluster(t *testing.T) *Cluster {
+	t.Helper()
+	preflight(t, "containerd", "containerd-shim-runc-v2", "ctr", "kubelet",
+		"kube-apiserver", "kube-scheduler", "kube-controller-manager")
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Fatal("etcd is not installed: apt-get install etcd-server (test/k8s/build-tools.sh does, as root)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:443")
+	if err != nil {
+		t.Skipf("127.0.0.1:443 is taken (%v): the API server must listen on the kubernetes Service's address", err)
+	}
+	l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	c := &Cluster{Node: newNode(t)}
+	if err := c.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	dir := filepath.Join(c.Dir, "control-plane")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	etcd, err := c.startEtcd(ctx, dir)
+	if err != nil {
+		return err
+	}
+	if err := c.startAPIServer(ctx, dir, etcd); err != nil {
+		return err
+	}
+	for _, comp := range []struct{ name, user string }{
+		{"kube-scheduler", "system:kube-scheduler"},
+		{"kube-controller-manager", "system:kube-controller-manager"},
+	} {
+		kc, err := c.kubeconfig(comp.name, comp.user)
+		if err != nil {
+			return err
+		}
+		args := []string{"--kubeconfig", kc, "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "0"}
+		if comp.name == "kube-controller-manager" {
+			// Each controller acts as its own service account, with the
+			// bootstrap roles made for it (system:controller:*).
+			args = append(args, "--use-service-account-credentials", "--root-ca-file", c.pki.CA(),
+				"--service-account-private-key-file", filepath.Join(c.pki.dir, "sa.key"))
+		}
+		c.Spawn(comp.name, filepath.Join(tools(), comp.name), args, nil)
+	}
+	kc, err := c.kubeconfig("kubelet-client", "system:node:"+NodeName, "system:nodes")
+	if err != nil {
+		return err
+	}
+	if err := c.Node.start(ctx, kc); err != nil {
+		return err
+	}
+	return c.waitReady(ctx)
+}
+
+// startEtcd starts etcd on two free ports and returns its client URL.
+func (c *Cluster) startEtcd(ctx context.Context, dir string) (string, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return "", err
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return "", err
+	}
+	d := c.Spawn("etcd", bin, []string{
+		"--name", "cdi-e2e", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", url, "--advertise-client-urls", url,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "cdi-e2e=" + peer,
+	}, nil)
+	plain := &client{http: &http.Client{Timeout: 5 * time.Second}}
+	return url, waitFor(ctx, "etcd to be healthy", func(ctx context.Context) error {
+		var h struct{ Health string }
+		if err := plain.getJSON(ctx, url+"/health", &h); err != nil {
+			return err
+		}
+		if h.Health != "true" {
+			return fmt.Errorf("health %q", h.Health)
+		}
+		return nil
+	}, d)
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
+	p := c.pki
+	lo := []net.IP{net.IPv4(127, 0, 0, 1)}
+	crt, key, err := p.issue("apiserver", "kube-apiserver", nil, lo,
+		"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+	if err != nil {
+		return err
+	}
+	kcrt, kkey, err := p.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil)
+	if err != nil {
+		return err
+	}
+	saKey, saPub, err := p.signingKey("sa")
+	if err != nil {
+		return err
+	}
+	d := c.Spawn("kube-apiserver", filepath.Join(tools(), "kube-apiserver"), []string{
+		"--etcd-servers", etcd,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", "443",
+		"--tls-cert-file", crt, "--tls-private-key-file", key, "--client-ca-file", p.CA(),
+		"--kubelet-client-certificate", kcrt, "--kubelet-client-key", kkey,
+		"--kubelet-certificate-authority", p.CA(),
+		"--service-cluster-ip-range", "127.0.0.0/28",
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
+		"--authorization-mode", "Node,RBAC", "--allow-privileged=true",
+		"--enable-admission-plugins", "NodeRestriction",
+		"--endpoint-reconciler-type", "none", "--profiling=false",
+	}, []string{
+		// busybox's wget, which tests run in pods, sends no signature
+		// algorithms, so TLS 1.2 falls back to SHA-1 signatures, which Go
+		// refuses unless told otherwise.
+		"GODEBUG=tlssha1=1",
+	})
+	adminCrt, adminKey, err := p.issue("admin", "cdi-e2e-admin", []string{"system:masters"}, nil)
+	if err != nil {
+		return err
+	}
+	if c.admin, err = newClient(p, adminCrt, adminKey); err != nil {
+		return err
+	}
+	if c.Kubeconfig, err = writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), p.CA(), adminCrt, adminKey); err != nil {
+		return err
+	}
+	return waitFor(ctx, "the API server to be ready", func(ctx context.Context) error {
+		_, err := c.admin.get(ctx, Server+"/readyz")
+		return err
+	}, d)
+}
+
+// kubeconfig issues a client certificate for user in groups and writes a
+// kubeconfig for it.
+func (c *Cluster) kubeconfig(name, user string, groups ...string) (string, error) {
+	crt, key, err := c.pki.issue(name, user, groups, nil)
+	if err != nil {
+		return "", err
+	}
+	return writeKubeconfig(filepath.Join(c.Dir, "control-plane", name+".kubeconfig"), c.pki.CA(), crt, key)
+}
+
+var kubeconfigTmpl = template.Must(template.New("").Parse(`apiVersion: v1
+kind: Config
+clusters:
+- name: cdi-e2e
+  cluster: {server: "{{.Server}}", certificate-authority: "{{.CA}}"}
+users:
+- name: cdi-e2e
+  user: {client-certificate: "{{.Cert}}", client-key: "{{.Key}}"}
+contexts:
+- name: cdi-e2e
+  context: {cluster: cdi-e2e, user: cdi-e2e}
+current-context: cdi-e2e
+`))
+
+func writeKubeconfig(path, ca, cert, key string) (string, error) {
+	var b strings.Builder
+	err := kubeconfigTmpl.Execute(&b, map[string]string{"Server": Server, "CA": ca, "Cert": cert, "Key": key})
+	if err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// waitReady waits until the node is Ready without the not-ready taint
+// (the controller-manager removes it) and the default service account
+// exists (the controller-manager makes it), so pods can be scheduled.
+func (c *Cluster) waitReady(ctx context.Context) error {
+	err := waitFor(ctx, "node "+NodeName+" to be Ready and untainted", func(ctx context.Context) error {
+		var node struct {
+			Spec struct {
+				Taints []struct{ Key string }
+			}
+			Status struct {
+				Conditions []struct{ Type, Status, Message string }
+			}
+		}
+		if err := c.admin.getJSON(ctx, Server+"/api/v1/nodes/"+NodeName, &node); err != nil {
+			return err
+		}
+		for _, t := range node.Spec.Taints {
+			return fmt.Errorf("tainted %s", t.Key)
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == "Ready" && cond.Status != "True" {
+				return fmt.Errorf("not ready: %s", cond.Message)
+			}
+		}
+		return nil
+	}, c.Kubelet)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "the default service account", func(ctx context.Context) error {
+		_, err := c.admin.get(ctx, Server+"/api/v1/namespaces/default/serviceaccounts/default")
+		return err
+	}, c.Kubelet)
+}
+
+// Get decodes the API object at path (such as /api/v1/nodes) into v.
+func (c *Cluster) Get(ctx context.Context, path string, v any) error {
+	return c.admin.getJSON(ctx, Server+path, v)
+}
+
+// Create posts a JSON object to the collection at path.
+func (c *Cluster) Create(ctx context.Context, path string, obj []byte) error {
+	_, err := c.admin.do(ctx, http.MethodPost, Server+path, obj)
+	return err
+}
+
+// Delete deletes the API object at path.
+func (c *Cluster) Delete(ctx context.Context, path string) error {
+	_, err := c.admin.do(ctx, http.MethodDelete, Server+path, nil)
+	return err
+}
+
+// WaitPod waits until the pod ns/name, as the API server has it,
+// satisfies cond.
+func (c *Cluster) WaitPod(ctx context.Context, ns, name string, cond func(Pod, bool) error) (Pod, error) {
+	var pod Pod
+	err := waitFor(ctx, "pod "+ns+"/"+name, func(ctx context.Context) error {
+		pod = Pod{}
+		err := c.Get(ctx, "/api/v1/namespaces/"+ns+"/pods/"+name, &pod)
+		if se, ok := err.(*statusError); ok && se.code == http.StatusNotFound {
+			return cond(pod, false)
+		}
+		if err != nil {
+			return err
+		}
+		return cond(pod, true)
+	}, c.Kubelet)
+	return pod, err
+}
+
+// Kubectl runs kubectl as cluster-admin.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
+	return run(ctx, []string{"KUBECONFIG=" + c.Kubeconfig}, "kubectl", args...)
+}

@@ -1,0 +1,170 @@
+//go:build e2enode
+
+package k8se2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// PodSpec is a one-container busybox pod on the host's network: the
+// only kind of pod a node without CNI or a registry can run.
+type PodSpec struct {
+	Name   string
+	Script string            // the container runs sh -c Script
+	Limits map[string]string // resource limits, such as cdi-exec.io/tty: "2"
+	// Always restarts the container when it exits; the default is Never.
+	Always bool
+}
+
+// Container is the name of the pod's container.
+const Container = "c"
+
+// Manifest is the pod as JSON, which both the kubelet's static pod files
+// and the API server accept.
+func (p PodSpec) Manifest() []byte {
+	c := map[string]any{
+		"name": Container, "image": Image, "imagePullPolicy": "Never",
+		"command": []string{"/bin/sh", "-c", p.Script},
+		// A failed container's status shows the end of its output.
+		"terminationMessagePolicy": "FallbackToLogsOnError",
+	}
+	if len(p.Limits) > 0 {
+		c["resources"] = map[string]any{"limits": p.Limits}
+	}
+	restart := "Never"
+	if p.Always {
+		restart = "Always"
+	}
+	pod := map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": p.Name, "namespace": "default"},
+		"spec": map[string]any{
+			"hostNetwork": true, "restartPolicy": restart,
+			"terminationGracePeriodSeconds": 1,
+			"containers":                    []any{c},
+		},
+	}
+	data, _ := json.Marshal(pod)
+	return data
+}
+
+// StaticName is what the kubelet calls the static pod from spec name.
+func StaticName(name string) string { return name + "-" + NodeName }
+
+// AddStaticPod writes p's manifest to the kubelet's static pod directory.
+// It writes it beside the directory and renames it in: the kubelet reads
+// every file there, a half-written or temporary one too.
+func (n *Node) AddStaticPod(p PodSpec) {
+	n.t.Helper()
+	tmp := filepath.Join(filepath.Dir(n.kl.manifests), p.Name+".json")
+	if err := os.WriteFile(tmp, p.Manifest(), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(n.kl.manifests, p.Name+".json")); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// RemoveStaticPod removes the static pod's manifest; the kubelet then
+// stops the pod.
+func (n *Node) RemoveStaticPod(name string) {
+	n.t.Helper()
+	if err := os.Remove(filepath.Join(n.kl.manifests, name+".json")); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *Node) url(path string) string {
+	return fmt.Sprintf("https://127.0.0.1:%d%s", n.kl.port, path)
+}
+
+// Pods lists the kubelet's pods, with the static pods' status.
+func (n *Node) Pods(ctx context.Context) (podList, error) {
+	var l podList
+	return l, n.api.getJSON(ctx, n.url("/pods"), &l)
+}
+
+// WaitPod waits until the kubelet's pod name (in namespace default)
+// satisfies cond, which also sees a pod that does not exist (ok false).
+func (n *Node) WaitPod(ctx context.Context, name string, cond func(p Pod, ok bool) error) (Pod, error) {
+	var pod Pod
+	err := waitFor(ctx, "pod "+name, func(ctx context.Context) error {
+		l, err := n.Pods(ctx)
+		if err != nil {
+			return err
+		}
+		var ok bool
+		pod, ok = l.find("default", name)
+		return cond(pod, ok)
+	}, n.Kubelet)
+	return pod, err
+}
+
+// Logs returns a container's output, read through the kubelet's API.
+func (n *Node) Logs(ctx context.Context, pod string) (string, error) {
+	b, err := n.api.get(ctx, n.url("/containerLogs/default/"+pod+"/"+Container))
+	return string(b), err
+}
+
+// Metrics returns the kubelet's Prometheus metrics.
+func (n *Node) Metrics(ctx context.Context) (string, error) {
+	b, err := n.api.get(ctx, n.url("/metrics"))
+	return string(b), err
+}
+
+// Running holds when the pod's container runs.
+func Running(p Pod, ok bool) error {
+	if !ok {
+		return errors.New("no such pod")
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running != nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("phase %s %s %s: containers %s", p.Status.Phase, p.Status.Reason, p.Status.Message, states(p))
+}
+
+// Succeeded holds when the pod ran to completion.
+func Succeeded(p Pod, ok bool) error {
+	if !ok {
+		return errors.New("no such pod")
+	}
+	if p.Status.Phase == "Failed" {
+		return fmt.Errorf("%w: the pod failed: %s", errGiveUp, states(p))
+	}
+	if p.Status.Phase != "Succeeded" {
+		return fmt.Errorf("phase %s: containers %s", p.Status.Phase, states(p))
+	}
+	return nil
+}
+
+// Gone holds when the pod no longer exists.
+func Gone(p Pod, ok bool) error {
+	if ok {
+		return fmt.Errorf("still there: phase %s", p.Status.Phase)
+	}
+	return nil
+}
+
+func states(p Pod) string {
+	var s []string
+	for _, c := range p.Status.ContainerStatuses {
+		st := c.State
+		switch {
+		case st.Running != nil:
+			s = append(s, c.Name+" running")
+		case st.Waiting != nil:
+			s = append(s, fmt.Sprintf("%s waiting %s %s", c.Name, st.Waiting.Reason, st.Waiting.Message))
+		case st.Terminated != nil:
+			s = append(s, fmt.Sprintf("%s terminated %d %s %s", c.Name, st.Terminated.ExitCode, st.Terminated.Reason, st.Terminated.Message))
+		}
+	}
+	return strings.Join(s, "; ")
+}
