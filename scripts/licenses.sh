@@ -17,8 +17,13 @@ while read -r mod; do
   dst="$out/third-party/${mod%@*}"
   mkdir -p "$dst"
   found=
-  for f in "$dir"/LICENSE* "$dir"/LICENCE* "$dir"/COPYING* "$dir"/NOTICE* "$dir"/PATENTS*; do
+  for f in "$dir"/*; do
     [ -f "$f" ] || continue
+    # Any spelling: LICENSE, License.txt, license.md (josharian/intern).
+    case $(basename "$f" | tr '[:upper:]' '[:lower:]') in
+    license* | licence* | copying* | notice* | patents*) ;;
+    *) continue ;;
+    esac
     cp "$f" "$dst/" && chmod 0644 "$dst/$(basename "$f")"
     found=1
   done
