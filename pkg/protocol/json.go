@@ -28,7 +28,7 @@ func EncodeObject(fields []Field) ([]byte, error) {
 	b = append(b, "{\n"...)
 	for i, f := range fields {
 		b = append(b, "  "...)
-		b = appendString(b, f.Key)
+		b = AppendString(b, f.Key)
 		b = append(b, ": "...)
 		var err error
 		if b, err = appendValue(b, f.Value); err != nil {
@@ -47,11 +47,11 @@ func EncodeObject(fields []Field) ([]byte, error) {
 func appendValue(b []byte, v any) ([]byte, error) {
 	switch v := v.(type) {
 	case string:
-		return appendString(b, v), nil
+		return AppendString(b, v), nil
 	case int:
 		return strconv.AppendInt(b, int64(v), 10), nil
 	case []string:
-		return appendList(b, v, appendString), nil
+		return appendList(b, v, AppendString), nil
 	case []int:
 		return appendList(b, v, func(b []byte, n int) []byte { return strconv.AppendInt(b, int64(n), 10) }), nil
 	}
@@ -79,10 +79,10 @@ func appendList[T any](b []byte, list []T, elem func([]byte, T) []byte) []byte {
 	return append(b, "\n  ]"...)
 }
 
-// appendString appends s as a JSON string exactly as encoding/json writes
+// AppendString appends s as a JSON string exactly as encoding/json writes
 // it: HTML-sensitive and control characters escaped, invalid UTF-8 as
 // \ufffd, and U+2028 and U+2029 escaped.
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // A record is kept as the JSON that encoding/json makes of it. Records are
@@ -24,9 +26,9 @@ func marshalRecord(r *Record) ([]byte, error) {
 	}
 	b := make([]byte, 0, 256)
 	b = append(b, `{"id":`...)
-	b = appendString(b, r.ID)
+	b = protocol.AppendString(b, r.ID)
 	b = append(b, `,"type":`...)
-	b = appendString(b, r.Type)
+	b = protocol.AppendString(b, r.Type)
 	b = append(b, `,"allocations":`...)
 	b = appendList(b, r.Allocations, appendAllocation)
 	return append(b, '}'), nil
@@ -34,15 +36,15 @@ func marshalRecord(r *Record) ([]byte, error) {
 
 func appendAllocation(b []byte, a Allocation) []byte {
 	b = append(b, `{"spec":`...)
-	b = appendString(b, a.Spec)
+	b = protocol.AppendString(b, a.Spec)
 	b = append(b, `,"amount":`...)
 	b = strconv.AppendInt(b, int64(a.Amount), 10)
 	b = append(b, `,"devices":`...)
 	b = appendList(b, a.Devices, func(b []byte, d Device) []byte {
 		b = append(b, `{"key":`...)
-		b = appendString(b, d.Key)
+		b = protocol.AppendString(b, d.Key)
 		b = append(b, `,"nodes":`...)
-		b = appendList(b, d.Nodes, appendString)
+		b = appendList(b, d.Nodes, protocol.AppendString)
 		b = append(b, `,"numa":`...)
 		b = strconv.AppendInt(b, int64(d.NUMA), 10)
 		return append(b, '}')
@@ -52,11 +54,11 @@ func appendAllocation(b []byte, a Allocation) []byte {
 	b = append(b, created...)
 	if len(a.Nodes) > 0 {
 		b = append(b, `,"nodes":`...)
-		b = appendList(b, a.Nodes, appendString)
+		b = appendList(b, a.Nodes, protocol.AppendString)
 	}
 	if a.Delegate != "" {
 		b = append(b, `,"delegate":`...)
-		b = appendString(b, a.Delegate)
+		b = protocol.AppendString(b, a.Delegate)
 	}
 	return append(b, '}')
 }
@@ -74,54 +76,6 @@ func appendList[T any](b []byte, list []T, elem func([]byte, T) []byte) []byte {
 		b = elem(b, v)
 	}
 	return append(b, ']')
-}
-
-// appendString writes s as encoding/json does, HTML characters escaped.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(append(b, s[start:i]...), `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hex[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	return append(append(b, s[start:]...), '"')
 }
 
 // unmarshalRecord is json.Unmarshal(b, r) for a fresh r.
