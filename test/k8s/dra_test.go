@@ -101,8 +101,13 @@ func TestClusterDRATTYs(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.waitFreed(ctx, t, held)
-	d.waitLog(ctx, t, next, "msg=unprepare")
+	log := d.waitLog(ctx, t, next, "msg=unprepare")
 	t.Logf("freed %v %.1fs after the pod was deleted", held, time.Since(start).Seconds())
+	for _, bad := range []string{"level=ERROR", "forbidden"} {
+		if strings.Contains(log, bad) {
+			t.Errorf("the driver logged %q:\n%s", bad, log)
+		}
+	}
 }
 
 // draRun is the DRA deployment on a cluster's node.
@@ -302,10 +307,10 @@ func (d *draRun) waitDriver(ctx context.Context, t *testing.T, old string) strin
 	return name
 }
 
-// waitLog waits until the driver pod's log has text. It reads the log
-// from the kubelet's API (kubectl logs would need the node's name to
-// resolve).
-func (d *draRun) waitLog(ctx context.Context, t *testing.T, pod, text string) {
+// waitLog waits until the driver pod's log has text, and returns the log.
+// It reads the log from the kubelet's API (kubectl logs would need the
+// node's name to resolve).
+func (d *draRun) waitLog(ctx context.Context, t *testing.T, pod, text string) string {
 	t.Helper()
 	var out string
 	err := waitFor(ctx, fmt.Sprintf("%q in the log of %s", text, pod), func(ctx context.Context) error {
@@ -322,6 +327,7 @@ func (d *draRun) waitLog(ctx context.Context, t *testing.T, pod, text string) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	return out
 }
 
 // freeTTYs lists the ttys the driver should offer: those above the
