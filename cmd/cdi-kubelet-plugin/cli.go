@@ -71,25 +71,8 @@ func run(ctx context.Context, args []string, e env) int {
 		return exitUsage
 	}
 	fs, opt := flags(e)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usageText); fs.PrintDefaults() }
-	for _, a := range args[1:] {
-		if a == "-h" || a == "-help" || a == "--help" {
-			fs.SetOutput(e.stdout) // help that was asked for goes to stdout
-		}
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin device-plugin: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	if err := validate(opt); err != nil {
-		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin device-plugin: %v\n", err)
-		return exitUsage
+	if code, ok := parseMode(e, fs, "device-plugin", usageText, args[1:], func() error { return validate(opt) }); !ok {
+		return code
 	}
 	opt.Log = slog.New(slog.NewTextHandler(e.stderr, nil))
 	b, err := bridge.New(*opt)
@@ -155,4 +138,31 @@ func validate(opt *bridge.Options) error {
 		return fmt.Errorf("--resource-prefix %q must not contain /", opt.Prefix)
 	}
 	return nil
+}
+
+// parseMode parses a mode's flags: help that was asked for goes to stdout
+// and exits 0; a parse error, a stray argument or a value validate refuses
+// exits with the usage status. ok is false when the mode must not run.
+func parseMode(e env, fs *flag.FlagSet, mode, usage string, args []string, validate func() error) (code int, ok bool) {
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(e.stdout)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin %s: unexpected argument %q\n", mode, fs.Arg(0))
+		return exitUsage, false
+	}
+	if err := validate(); err != nil {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin %s: %v\n", mode, err)
+		return exitUsage, false
+	}
+	return exitOK, true
 }

@@ -63,25 +63,8 @@ func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options) {
 func runDRA(ctx context.Context, args []string, e env) int {
 	var kubeconfig string
 	fs, opt := draFlags(e, &kubeconfig)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), draUsage); fs.PrintDefaults() }
-	for _, a := range args {
-		if a == "-h" || a == "-help" || a == "--help" {
-			fs.SetOutput(e.stdout) // help that was asked for goes to stdout
-		}
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin dra: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	if err := validateDRA(opt); err != nil {
-		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin dra: %v\n", err)
-		return exitUsage
+	if code, ok := parseMode(e, fs, "dra", draUsage, args, func() error { return validateDRA(opt) }); !ok {
+		return code
 	}
 	opt.Log = slog.New(slog.NewTextHandler(e.stderr, nil))
 	klog.SetSlogLogger(opt.Log) // the Kubernetes libraries log through klog
