@@ -348,6 +348,15 @@ func TestCheckPages(t *testing.T) {
 			native.PutUint64(fl[pageHeaderSize:], branch)
 		}, "which is in use"},
 		{"the file ends before the last page", nil, "the file holds"},
+		// bbolt.Open reads the freelist itself: checked before it.
+		{"the freelist claims more entries than its page holds", func(b []byte) {
+			fl := page(b, m.freelist)
+			native.PutUint16(fl[10:], 0xFFFF)
+			native.PutUint64(fl[pageHeaderSize:], 1<<40)
+		}, "do not fit"},
+		{"the freelist page is another kind", func(b []byte) {
+			native.PutUint16(page(b, m.freelist)[8:], leafFlag)
+		}, "is not the freelist"},
 		// Checked before bbolt.Open, which walks the pages itself here.
 		{"no freelist, and a branch points at itself", func(b []byte) {
 			noFreelist(b)

@@ -138,14 +138,9 @@ func checkFile(name string, st *unix.Stat_t, euid uint32) error {
 // following a link, locks it itself, bounded by timeout, and checks the
 // file it got under the lock, so that what bbolt reads and locks is the
 // file that was checked; bbolt's own lock on the same open file then
-// succeeds at once.
-//
-// The page graph is checked before bbolt reads a page other than the meta
-// pages. bbolt.Open reads only those (and validates them), unless the
-// meta page it will use records no freelist: then Open itself rebuilds
-// the freelist by walking every page, so the graph is checked here, with
-// a mapping of its own. Otherwise the check is left to Open, which walks
-// bbolt's own mapping before any transaction (pending and size).
+// succeeds at once. It checks what bbolt.Open will read of the file
+// (precheck) and leaves the walk of the page graph to Open when it can
+// (pending).
 type opener struct {
 	dir     *dir
 	base    string
@@ -174,8 +169,7 @@ func (o *opener) open(name string, flag int, _ os.FileMode) (*os.File, error) {
 }
 
 // lockAndCheck locks the opened store file (exclusively for writing)
-// within the timeout, checks it, and checks its pages or leaves that to
-// Open.
+// within the timeout, checks it, and checks what bbolt.Open will read.
 func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 	how := unix.LOCK_SH
 	if exclusive {
@@ -204,15 +198,10 @@ func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 	if err := checkFile(f.Name(), &st, o.dir.euid); err != nil {
 		return err
 	}
-	m, err := (&pageFile{f: f, size: uint64(st.Size)}).meta()
-	switch {
-	case err != nil:
-		return fmt.Errorf("%s: %w: %v", f.Name(), ErrCorrupt, err)
-	case m.freelist == noFreelist:
-		return checkPages(f, st.Size)
-	}
-	o.pending, o.size = true, st.Size
-	return nil
+	o.size = st.Size
+	var err error
+	o.pending, err = precheck(f, st.Size)
+	return err
 }
 
 // lockRetry is the pause between attempts to take the file lock.

@@ -17,15 +17,23 @@ import (
 // a page past the end of the file or into the middle of another page can
 // make it loop forever, overflow its stack (fatal in Go, not a panic) or
 // fault outside the main goroutine. The page graph of a store file is
-// therefore walked here, under the file lock and before bbolt reads any
-// page but the meta pages: the meta page bbolt will use, every page
-// reachable from its root, and the freelist. Open does it on bbolt's own
-// mapping of the file, right after bbolt.Open (which reads and validates
-// only the meta pages) and before the first transaction (checkMapped);
-// only a file whose meta page records no freelist, for which bbolt.Open
-// itself walks every page to rebuild one, is walked before bbolt.Open,
-// with a mapping of its own (checkPages). Either way it costs one pass
-// over the file's live pages, which the transaction's full read touches
+// therefore walked here, under the file lock and before bbolt follows a
+// page: the meta page bbolt will use, every page reachable from its root,
+// and the freelist.
+//
+// bbolt.Open follows no page: it validates the two meta pages (magic,
+// version, checksum) and, for writing, reads the freelist page the meta
+// page names, in the calling goroutine, where Open's guard turns a fault
+// or a panic into ErrCorrupt. precheck, in the OpenFile hook, checks
+// those reads first: a valid meta page, and a freelist page within the
+// file whose entries fit it (else bbolt would allocate as many ids as a
+// damaged count says). The walk then runs on bbolt's own mapping, right
+// after bbolt.Open and before the first transaction (checkMapped). Only a
+// meta page that records no freelist (bbolt's NoFreelistSync, which this
+// package never uses) makes bbolt.Open walk every page itself, in a
+// goroutine of its own; that file is walked in the hook, on a mapping of
+// its own (checkPages). Either way the walk is one pass over the file's
+// live pages, which the transaction's full read of the store touches
 // anyway.
 //
 // The layout is bbolt's (go.etcd.io/bbolt, file format version 2), in the
@@ -110,6 +118,68 @@ func checkPages(f *os.File, size int64) error {
 		pf.all = all
 	}
 	return pf.check(f.Name())
+}
+
+// precheck checks, with plain reads, what bbolt.Open reads of the store
+// file f: the meta page it will use and the header of the freelist page.
+// It reports whether the walk of the page graph is still to be done
+// (checkMapped); for a file without a freelist it walks it at once. Its
+// errors wrap ErrCorrupt, except for read errors.
+func precheck(f *os.File, size int64) (pending bool, err error) {
+	pf := &pageFile{f: f, size: uint64(size)}
+	m, err := pf.meta()
+	if err == nil && m.freelist == noFreelist {
+		return false, checkPages(f, size)
+	}
+	if err == nil {
+		err = pf.freelistFits(m)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: %w: %v", f.Name(), ErrCorrupt, err)
+	}
+	return true, nil
+}
+
+// freelistFits checks the header of m's freelist page: it lies within the
+// file, is the freelist, and its entries fit its pages.
+func (pf *pageFile) freelistFits(m meta) error {
+	if m.high < 2 || m.high > pf.size/m.pageSize {
+		return fmt.Errorf("the meta page claims %d pages, the file holds %d", m.high, pf.size/m.pageSize)
+	}
+	if m.freelist < 2 || m.freelist >= m.high {
+		return fmt.Errorf("freelist page id %d is outside 2..%d", m.freelist, m.high-1)
+	}
+	hdr, err := pf.read(m.freelist*m.pageSize, pageHeaderSize+8)
+	if err != nil {
+		return err
+	}
+	if native.Uint64(hdr) != m.freelist {
+		return fmt.Errorf("page %d says it is page %d", m.freelist, native.Uint64(hdr))
+	}
+	overflow := uint64(native.Uint32(hdr[12:]))
+	if overflow >= m.high-m.freelist {
+		return fmt.Errorf("page %d overflows past the last page", m.freelist)
+	}
+	_, _, err = freelistCount(m.freelist, hdr, (overflow+1)*m.pageSize)
+	return err
+}
+
+// freelistCount reads the entry count of freelist page id from its first
+// bytes p (at least the header and 8 bytes) and checks that the entries
+// fit the page's n bytes. It returns the count and the offset of the
+// first entry.
+func freelistCount(id uint64, p []byte, n uint64) (count, at uint64, err error) {
+	if native.Uint16(p[8:]) != freelistFlag {
+		return 0, 0, fmt.Errorf("page %d is not the freelist", id)
+	}
+	count, at = uint64(native.Uint16(p[10:])), uint64(pageHeaderSize)
+	if count == 0xFFFF {
+		count, at = native.Uint64(p[pageHeaderSize:]), at+8
+	}
+	if count > (n-at)/8 {
+		return 0, 0, fmt.Errorf("the freelist's %d entries do not fit its page", count)
+	}
+	return count, at, nil
 }
 
 // checkMapped verifies the page structure of db's file, size bytes under
@@ -372,15 +442,9 @@ func (w *walker) freelist() error {
 	if err != nil {
 		return err
 	}
-	if native.Uint16(p[8:]) != freelistFlag {
-		return fmt.Errorf("page %d is not the freelist", id)
-	}
-	count, at := uint64(native.Uint16(p[10:])), uint64(pageHeaderSize)
-	if count == 0xFFFF {
-		count, at = native.Uint64(p[pageHeaderSize:]), at+8
-	}
-	if count > (uint64(len(p))-at)/8 {
-		return fmt.Errorf("the freelist's %d entries do not fit its page", count)
+	count, at, err := freelistCount(id, p, uint64(len(p)))
+	if err != nil {
+		return err
 	}
 	listed := newBits(w.m.high)
 	for i := range count {
