@@ -24,7 +24,9 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 	defer done()
 	var teardownErr error
 	err = st.Update(func(tx *store.Tx) error {
-		rec, err := tx.Get(c.RequestID)
+		// Delete returns the record it removed, so it is read once; the
+		// removal is committed after the teardown, as it always was.
+		rec, err := tx.Delete(c.RequestID)
 		if err != nil {
 			return err
 		}
@@ -32,8 +34,7 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 			return protocol.NewError(protocol.CodeUnknownRequestID, "")
 		}
 		teardownErr = p.teardown(hold, c, rec)
-		_, err = tx.Delete(c.RequestID)
-		return err
+		return nil
 	})
 	var e *protocol.Error
 	if err == nil || errors.As(err, &e) && e.Code == protocol.CodeUnknownRequestID {
