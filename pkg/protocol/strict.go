@@ -35,15 +35,6 @@ func DecodeStrict(b []byte, dst any) error {
 	return nil
 }
 
-// CheckMembers checks the member names of the JSON object b against the
-// fields of the struct type t as DecodeStrict does, except that names
-// unlike any field's are allowed: no name twice, and no name that matches
-// a field only when case is ignored. It is for objects such as the config,
-// whose unknown members are tolerated.
-func CheckMembers(b []byte, t reflect.Type) error {
-	return checkMembers(b, t, "", true)
-}
-
 // checkMembers walks the members of the object b; path prefixes the names
 // in errors. Input that is not an object is left to the decoder to report.
 func checkMembers(b []byte, t reflect.Type, path string, unknownOK bool) error {
