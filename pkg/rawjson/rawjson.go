@@ -27,8 +27,12 @@ type SyntaxError struct {
 
 func (e *SyntaxError) Error() string { return fmt.Sprintf("%s at offset %d", e.msg, e.Offset) }
 
-// ErrNotObject is returned by Members for a value that is not an object.
-var ErrNotObject = errors.New("not a JSON object")
+// ErrNotObject is returned by Members for a value that is not an object,
+// ErrNotArray by Elements for one that is not an array.
+var (
+	ErrNotObject = errors.New("not a JSON object")
+	ErrNotArray  = errors.New("not a JSON array")
+)
 
 // Value checks that b holds exactly one JSON value, with white space around
 // it allowed, and returns the value without that white space.
@@ -81,6 +85,38 @@ func Members(obj []byte, fn func(name string, value []byte) error) error {
 			return nil
 		default:
 			return s.fail("expected ',' or '}' after object member")
+		}
+	}
+}
+
+// Elements calls fn with the raw value of each element of the array arr,
+// in order, and stops at fn's first error. arr must be an array without
+// white space around it, as Value returns it.
+func Elements(arr []byte, fn func(value []byte) error) error {
+	if len(arr) == 0 || arr[0] != '[' {
+		return ErrNotArray
+	}
+	s := scanner{b: arr, i: 1}
+	s.space()
+	if s.next(']') {
+		return nil
+	}
+	for {
+		s.space()
+		start := s.i
+		if err := s.value(); err != nil {
+			return err
+		}
+		if err := fn(arr[start:s.i]); err != nil {
+			return err
+		}
+		s.space()
+		switch {
+		case s.next(','):
+		case s.next(']'):
+			return nil
+		default:
+			return s.fail("expected ',' or ']' after array element")
 		}
 	}
 }

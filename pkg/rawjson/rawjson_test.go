@@ -56,6 +56,8 @@ func checkValue(t *testing.T, b []byte) {
 		checkString(t, v)
 	case '{':
 		checkMembers(t, v)
+	case '[':
+		checkElements(t, v)
 	default:
 		if err := Members(v, nil); !errors.Is(err, ErrNotObject) {
 			t.Fatalf("Members(%.80q) = %v, want ErrNotObject", v, err)
@@ -133,5 +135,32 @@ func TestStringRefusesNonStrings(t *testing.T) {
 		if got, err := String([]byte(s)); err == nil {
 			t.Errorf("String(%q) = %q, want an error", s, got)
 		}
+	}
+}
+
+// checkElements compares Elements with encoding/json.
+func checkElements(t *testing.T, arr []byte) {
+	t.Helper()
+	var got []string
+	if err := Elements(arr, func(value []byte) error {
+		got = append(got, string(value))
+		return nil
+	}); err != nil {
+		t.Fatalf("Elements(%.80q): %v", arr, err)
+	}
+	var want []json.RawMessage
+	if err := json.Unmarshal(arr, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Elements(%.80q) gave %d elements, encoding/json %d", arr, len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != string(want[i]) {
+			t.Fatalf("Elements(%.80q) element %d = %s, want %s", arr, i, got[i], want[i])
+		}
+	}
+	if err := Elements([]byte(`{}`), nil); !errors.Is(err, ErrNotArray) {
+		t.Fatalf("Elements of an object = %v", err)
 	}
 }
