@@ -18,8 +18,8 @@ type strictArgs struct {
 	Ints     []int                      `json:"ints"`
 	Raw      json.RawMessage            `json:"raw"`
 	Map      map[string]json.RawMessage `json:"map"`
-	hidden   int
-	Skipped  int `json:"-"`
+	hidden   int                        //lint:ignore U1000 an unexported field no member may set
+	Skipped  int                        `json:"-"`
 	Untagged string
 	Pattern  string   `json:"pattern"`
 	List     []string `json:"list"`
