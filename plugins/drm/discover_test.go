@@ -239,6 +239,70 @@ func TestFactsEncoding(t *testing.T) {
 	}
 }
 
+// TestTally: for every choice of node kinds, the tally INFO reads from the
+// cache's head counts what count and judge count, whether the facts are
+// full or not; it survives its encoding, and a damaged one does not decode.
+func TestTally(t *testing.T) {
+	h := buildHost(t, testHost)
+	kinds := []string{sysfs.Primary, sysfs.Render, sysfs.Control}
+	for _, full := range []bool{false, true} {
+		h.Forget()
+		facts, err := scan(h, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, tl := encodeFacts(facts, full), tallyOf(facts)
+		if got, err := decodeTally(tl.encode()); err != nil || got != tl {
+			t.Fatalf("decodeTally(%v) = %v %v", tl, got, err)
+		}
+		for set := 1; set < 1<<len(kinds); set++ {
+			var want []string
+			for k, kind := range kinds {
+				if set&(1<<k) != 0 {
+					want = append(want, kind)
+				}
+			}
+			raw, _ := json.Marshal(map[string]any{"want_device_nodes": want})
+			f := filterOf(t, string(raw))
+			usable := 0
+			for _, g := range judge(facts, f) {
+				if g.Reason == "" {
+					usable++
+				}
+			}
+			n, err := count(enc, f)
+			if got := tl.usable(f.wants); err != nil || got != n || got != usable {
+				t.Errorf("full=%v %v: tally %d, count %d %v, judge %d", full, want, got, n, err, usable)
+			}
+		}
+	}
+	good := tallyOf(nil).encode()
+	for _, bad := range [][]byte{nil, good[1:], append(good, 0), append([]byte{1}, good[1:]...), {0x80, 0x80, 0x80, 0x80, 0x80}} {
+		if _, err := decodeTally(bad); err == nil {
+			t.Errorf("decodeTally(%x) accepted", bad)
+		}
+	}
+}
+
+// FuzzTally: any summary either fails to decode or encodes back to the
+// same tally.
+func FuzzTally(f *testing.F) {
+	f.Add(tally{0, 3, 1, 7}.encode())
+	f.Add([]byte{0, 0x80, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tl, err := decodeTally(b)
+		if err != nil {
+			return
+		}
+		if again, err := decodeTally(tl.encode()); err != nil || again != tl {
+			t.Fatalf("re-encoding changed the tally: %v %v", again, err)
+		}
+		if n := tl.usable([3]bool{true, true, true}); n < 0 {
+			t.Fatalf("usable = %d", n)
+		}
+	})
+}
+
 // FuzzFacts: whatever a cache file holds, decoding fails cleanly or gives
 // facts that encode back to the same bytes, and count agrees.
 func FuzzFacts(f *testing.F) {
@@ -268,6 +332,9 @@ func FuzzFacts(f *testing.F) {
 		}
 		if n != usable {
 			t.Fatalf("count %d, judge %d", n, usable)
+		}
+		if got := tallyOf(facts).usable([3]bool{true}); got != n {
+			t.Fatalf("tally %d, count %d", got, n)
 		}
 	})
 }
