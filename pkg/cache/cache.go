@@ -101,8 +101,12 @@ func (c *Cache) Summary() ([]byte, *Stamp) {
 	if !ok {
 		return nil, nil
 	}
-	if f, err := c.read(false); err == nil && now.same(f.st) {
+	f, err := c.read(false)
+	if err == nil && now.same(f.st) {
 		return f.summary, nil
+	}
+	if err != nil || now.boot != f.st.boot { // the whole file would not do either
+		return nil, c.listed(now)
 	}
 	f, st := c.check(now) // the listing check, which may rewrite the file
 	if f == nil {
