@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -364,6 +365,44 @@ func TestPluginDiscover(t *testing.T) {
 		if d.Usable != (d.Reason == "") || len(d.Nodes) == 0 || strings.Contains(d.Key, "\n") {
 			t.Errorf("DEVICES entry %+v", d)
 		}
+	}
+}
+
+// TestCapacityFromHead: INFO without filters answers from the tally in
+// the cache's head, not reading the body, so a damaged body does not
+// change its answer; the next command that needs the facts finds the
+// damage and rebuilds the file. INFO with filters counts the facts.
+func TestCapacityFromHead(t *testing.T) {
+	h := buildHost(t, testHost)
+	long := time.Now().Add(-time.Hour) // a /dev/dri time that proves something (not racy)
+	if err := os.Chtimes(h.Dev("dri"), long, long); err != nil {
+		t.Fatal(err)
+	}
+	p := &plugin{host: h, filter: filterOf(t, `{}`), cache: newCache(t.TempDir(), h)}
+	if n, err := p.capacity(t.Context(), nil); err != nil || n != 3 {
+		t.Fatalf("INFO on a miss = %d %v", n, err)
+	}
+	good, err := os.ReadFile(p.cache.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 0x40
+	if err := os.WriteFile(p.cache.Path(), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.capacity(t.Context(), nil); err != nil || n != 3 {
+		t.Fatalf("INFO from the head = %d %v", n, err)
+	}
+	if now, _ := os.ReadFile(p.cache.Path()); !bytes.Equal(now, bad) {
+		t.Fatal("INFO without filters read past the head")
+	}
+	p.filter = filterOf(t, `{"vendorid_whitelist":["0x10de"]}`)
+	if n, err := p.capacity(t.Context(), nil); err != nil || n != 1 {
+		t.Fatalf("INFO with a whitelist = %d %v", n, err)
+	}
+	if now, _ := os.ReadFile(p.cache.Path()); bytes.Equal(now, bad) {
+		t.Fatal("a damaged body was not rebuilt")
 	}
 }
 
