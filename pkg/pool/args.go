@@ -2,10 +2,10 @@ package pool
 
 import (
 	"bytes"
-	"encoding/json"
 
 	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/rawjson"
 )
 
 // Args decodes a config's args into dst strictly (protocol.Config.DecodeArgs),
@@ -32,13 +32,24 @@ func takeSpec(c *protocol.Config) (*cdispec.Config, error) {
 	if err != nil || spec == nil {
 		return nil, err
 	}
-	var args map[string]json.RawMessage
-	if err := json.Unmarshal(c.Args, &args); err != nil {
-		return nil, err
-	}
-	delete(args, "cdi_spec")
-	if c.Args, err = json.Marshal(args); err != nil {
-		return nil, protocol.Errorf(protocol.CodeInternal, "args: %w", err)
-	}
-	return spec, nil
+	c.Args, err = without(c.Args, "cdi_spec")
+	return spec, err
+}
+
+// without returns the object args without its member name.
+func without(args []byte, name string) ([]byte, error) {
+	out := append(make([]byte, 0, len(args)), '{')
+	err := rawjson.Members(args, func(n string, value []byte) error {
+		if n == name {
+			return nil
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = protocol.AppendString(out, n)
+		out = append(out, ':')
+		out = append(out, value...)
+		return nil
+	})
+	return append(out, '}'), err
 }

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/rawjson"
 )
 
 // Config is a plugin config: the JSON a caller keeps in
@@ -31,34 +31,63 @@ var (
 // ParseConfig decodes a config and checks its required fields: cdiVersion,
 // name, type and plugin are strings, type obeys the resource-type grammar,
 // plugin is a bare binary name, and args, when present and not null, is an
-// object. It does not check the version (callers and plugins differ in
-// what they do with one they do not support).
+// object. A member given twice, or spelled like one of these in another
+// case, is an error that names it; other members are ignored. It does not
+// check the version (callers and plugins differ in what they do with one
+// they do not support).
+//
+// Plugins parse a config on every call, so this reads the JSON without
+// reflection (pkg/rawjson); it accepts and decodes what encoding/json does.
 func ParseConfig(b []byte) (Config, error) {
-	if err := CheckMembers(b, reflect.TypeFor[Config]()); err != nil {
-		return Config{}, err
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil || raw == nil {
+	v, err := rawjson.Value(b)
+	if err != nil {
 		if len(bytes.TrimSpace(b)) == 0 {
 			return Config{}, ErrEmpty
 		}
-		if err == nil {
-			err = errors.New("not an object")
-		}
 		return Config{}, fmt.Errorf("%w: %v", ErrNotObject, err)
 	}
+	var members [len(configFields)][]byte
+	seen := make(map[string]bool, 8)
+	err = rawjson.Members(v, func(name string, value []byte) error {
+		if seen[name] {
+			return fmt.Errorf("field %q is given twice", name)
+		}
+		seen[name] = true
+		for i, f := range configFields {
+			switch {
+			case name == f:
+				members[i] = value
+				return nil
+			case strings.EqualFold(name, f):
+				return fmt.Errorf("field %q is not %q: names are case-sensitive", name, f)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, rawjson.ErrNotObject) {
+		return Config{}, fmt.Errorf("%w: the input is %s", ErrNotObject, kind(v))
+	} else if err != nil {
+		return Config{}, err
+	}
+	return configFrom(members)
+}
+
+// configFields are the config's members, in the order they are checked;
+// args is last.
+var configFields = [...]string{"cdiVersion", "name", "type", "plugin", "args"}
+
+// configFrom checks the raw members of a config, indexed as configFields.
+func configFrom(m [len(configFields)][]byte) (Config, error) {
 	var c Config
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"cdiVersion", &c.CDIVersion}, {"name", &c.Name}, {"type", &c.Type}, {"plugin", &c.Plugin}} {
-		v, ok := raw[f.name]
-		if !ok {
-			return Config{}, fmt.Errorf("missing required field %q", f.name)
+	for i, dst := range []*string{&c.CDIVersion, &c.Name, &c.Type, &c.Plugin} {
+		if m[i] == nil {
+			return Config{}, fmt.Errorf("missing required field %q", configFields[i])
 		}
-		if err := json.Unmarshal(v, f.dst); err != nil || v[0] != '"' {
-			return Config{}, fmt.Errorf("field %q must be a string", f.name)
+		s, err := rawjson.String(m[i])
+		if err != nil {
+			return Config{}, fmt.Errorf("field %q must be a string", configFields[i])
 		}
+		*dst = s
 	}
 	if err := abnf.ValidType(c.Type); err != nil {
 		return Config{}, fmt.Errorf("field \"type\": %w", err)
@@ -66,13 +95,28 @@ func ParseConfig(b []byte) (Config, error) {
 	if err := ValidPluginName(c.Plugin); err != nil {
 		return Config{}, fmt.Errorf("field \"plugin\": %w", err)
 	}
-	if a, ok := raw["args"]; ok && string(a) != "null" {
+	if a := m[len(m)-1]; a != nil && string(a) != "null" {
 		if a[0] != '{' {
 			return Config{}, errors.New(`field "args" must be an object`)
 		}
-		c.Args = a
+		c.Args = bytes.Clone(a)
 	}
 	return c, nil
+}
+
+// kind names the kind of the JSON value v for an error message.
+func kind(v []byte) string {
+	switch v[0] {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // ValidPluginName checks that name is a bare binary name: not empty, not

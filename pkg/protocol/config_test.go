@@ -1,9 +1,15 @@
 package protocol
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cdi-exec/plugins/pkg/abnf"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -25,6 +31,12 @@ func TestParseConfig(t *testing.T) {
 		{"plugin path", `{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":"../bin/sh"}`, "bare binary name", nil},
 		{"plugin dot dot", `{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":".."}`, "bare binary name", nil},
 		{"args array", `{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":"drm","args":[]}`, `"args" must be an object`, nil},
+		{"twice", `{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":"drm","x":1,"x":2}`, `field "x" is given twice`, nil},
+		{"twice after escapes", `{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":"drm","n\u0061me":"y"}`, `field "name" is given twice`, nil},
+		{"case", `{"cdiVersion":"0.0.1","name":"x","type":"gpu","Plugin":"drm"}`, `field "Plugin" is not "plugin"`, nil},
+		{"unknown members ignored", `{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":"drm","z":[{}]}`, "", nil},
+		{"trailing data", `{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":"drm"} {}`, "not a JSON object", ErrNotObject},
+		{"string", `"gpu"`, "not a JSON object", ErrNotObject},
 	}
 	for _, tt := range tests {
 		c, err := ParseConfig([]byte(tt.in))
@@ -68,7 +80,9 @@ func TestDecodeArgsStrict(t *testing.T) {
 }
 
 // FuzzParseConfig checks that an accepted config has the four fields as
-// strings that obey their rules, and that a refused one says why.
+// strings that obey their rules, that a refused one says why, and that
+// ParseConfig agrees with parseConfigJSON, which reads the config with
+// encoding/json.
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{
 		`{"cdiVersion":"0.0.1","name":"x","type":"gpu","plugin":"drm","args":{"k":1}}`,
@@ -78,6 +92,7 @@ func FuzzParseConfig(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := ParseConfig([]byte(s))
+		agree(t, []byte(s), c, err)
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error")
@@ -91,4 +106,83 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted args %s", c.Args)
 		}
 	})
+}
+
+func TestParseConfigAgreesWithEncodingJSON(t *testing.T) {
+	for _, s := range []string{
+		`{"cdiVersion":"0.0.2","name":"\u00e9\ud800","type":"gpu","plugin":"drm","args": {"a" : [1, {"b":null}] } }`,
+		"{\"cdiVersion\":\"0.0.2\",\"name\":\"a\xffb\",\"type\":\"gpu\",\"plugin\":\"drm\"}",
+		`{"cdiVersion":"0.0.2","name":"x","type":"gpu","plugin":"drm","argſ":{}}`,
+		`{"cdiVersion":"0.0.2","name":"x","type":"gpu","plugin":"drm","args":null}`,
+		`{"cdiVersion":"0.0.2","name":"x","type":"gpu","plugin":"drm","args":"{}"}`,
+		`{"cdiVersion":1,"name":"x"}`, `null`, `[{}]`, `{"a":1,"a":2}`, "\f", `{`,
+	} {
+		c, err := ParseConfig([]byte(s))
+		agree(t, []byte(s), c, err)
+	}
+}
+
+// agree fails unless ParseConfig's result c, err for b is what
+// parseConfigJSON gives. Both refuse the same inputs. For valid JSON they
+// give the same error, except in how they word "not an object"; for
+// invalid JSON ParseConfig reports the syntax, where the reference may
+// first have seen a member given twice.
+func agree(t *testing.T, b []byte, c Config, err error) {
+	t.Helper()
+	want, wantErr := parseConfigJSON(b)
+	switch {
+	case (err == nil) != (wantErr == nil):
+		t.Fatalf("ParseConfig(%q) = %v; encoding/json says %v", b, err, wantErr)
+	case err == nil && (c.CDIVersion != want.CDIVersion || c.Name != want.Name || c.Type != want.Type ||
+		c.Plugin != want.Plugin || !bytes.Equal(c.Args, want.Args)):
+		t.Fatalf("ParseConfig(%q) = %+v; encoding/json gives %+v", b, c, want)
+	case err == nil:
+	case errors.Is(err, ErrEmpty) != errors.Is(wantErr, ErrEmpty):
+		t.Fatalf("ParseConfig(%q): %v; encoding/json: %v", b, err, wantErr)
+	case !json.Valid(b) && !errors.Is(err, ErrNotObject) && !errors.Is(err, ErrEmpty):
+		t.Fatalf("ParseConfig(%q): %v for invalid JSON", b, err)
+	case json.Valid(b) && errors.Is(err, ErrNotObject) != errors.Is(wantErr, ErrNotObject):
+		t.Fatalf("ParseConfig(%q): %v; encoding/json: %v", b, err, wantErr)
+	case json.Valid(b) && !errors.Is(err, ErrNotObject) && err.Error() != wantErr.Error():
+		t.Fatalf("ParseConfig(%q): %q; encoding/json: %q", b, err, wantErr)
+	}
+}
+
+// parseConfigJSON is ParseConfig written with encoding/json, the reference
+// the fuzz target holds ParseConfig to.
+func parseConfigJSON(b []byte) (Config, error) {
+	if err := checkMembers(b, reflect.TypeFor[Config](), "", true); err != nil {
+		return Config{}, err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil || raw == nil {
+		if len(bytes.TrimSpace(b)) == 0 {
+			return Config{}, ErrEmpty
+		}
+		return Config{}, fmt.Errorf("%w: %v", ErrNotObject, err)
+	}
+	var c Config
+	for i, dst := range []*string{&c.CDIVersion, &c.Name, &c.Type, &c.Plugin} {
+		name := configFields[i]
+		v, ok := raw[name]
+		if !ok {
+			return Config{}, fmt.Errorf("missing required field %q", name)
+		}
+		if err := json.Unmarshal(v, dst); err != nil || v[0] != '"' {
+			return Config{}, fmt.Errorf("field %q must be a string", name)
+		}
+	}
+	if err := abnf.ValidType(c.Type); err != nil {
+		return Config{}, fmt.Errorf("field \"type\": %w", err)
+	}
+	if err := ValidPluginName(c.Plugin); err != nil {
+		return Config{}, fmt.Errorf("field \"plugin\": %w", err)
+	}
+	if a, ok := raw["args"]; ok && string(a) != "null" {
+		if a[0] != '{' {
+			return Config{}, errors.New(`field "args" must be an object`)
+		}
+		c.Args = a
+	}
+	return c, nil
 }

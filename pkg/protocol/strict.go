@@ -3,11 +3,12 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"reflect"
+	"strconv"
 	"strings"
+
+	"github.com/cdi-exec/plugins/pkg/rawjson"
 )
 
 // DecodeStrict decodes the JSON object b into dst, a pointer to a struct or
@@ -17,129 +18,190 @@ import (
 // DisallowUnknownFields, and lets a repeated member silently replace the
 // first: {"num_system_reserved": 12, "NUM_SYSTEM_RESERVED": 0} would reserve
 // nothing. Here a name that is not exactly a field's json name, and a name
-// given twice, are errors that name the member. Members whose field is a
-// struct, or a pointer to or slice of structs, are checked the same way;
-// json.RawMessage members are left for their own decoder.
+// given twice, are errors that name the member, at every depth;
+// json.RawMessage members are kept as they are, for their own decoder.
+//
+// Otherwise the result is what encoding/json's Unmarshal gives, for the
+// kinds plugin args use: strings, booleans, integers, floats, slices,
+// pointers, structs, maps with string keys and json.RawMessage. It is
+// written on pkg/rawjson because plugins decode their args on every call,
+// and the first use of encoding/json's reflection in a fresh process costs
+// more than the rest of an INFO.
 func DecodeStrict(b []byte, dst any) error {
-	if err := checkMembers(b, reflect.TypeOf(dst), "", false); err != nil {
+	v, err := rawjson.Value(b)
+	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return err
+	rv := reflect.ValueOf(dst)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("cannot decode into %T: not a non-nil pointer", dst)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON object")
-	}
-	return nil
+	return decode(v, rv.Elem(), "")
 }
 
-// CheckMembers checks the member names of the JSON object b against the
-// fields of the struct type t as DecodeStrict does, except that names
-// unlike any field's are allowed: no name twice, and no name that matches
-// a field only when case is ignored. It is for objects such as the config,
-// whose unknown members are tolerated.
-func CheckMembers(b []byte, t reflect.Type) error {
-	return checkMembers(b, t, "", true)
-}
+var rawMessage = reflect.TypeFor[json.RawMessage]()
 
-// checkMembers walks the members of the object b; path prefixes the names
-// in errors. Input that is not an object is left to the decoder to report.
-func checkMembers(b []byte, t reflect.Type, path string, unknownOK bool) error {
-	for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice) {
-		if t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8 {
-			return checkElems(b, t.Elem(), path, unknownOK)
+// decode stores the JSON value raw in v; path names the value in errors
+// ("" at the top, "inner." for the members of inner).
+func decode(raw []byte, v reflect.Value, path string) error {
+	switch {
+	case v.Type() == rawMessage:
+		v.SetBytes(bytes.Clone(raw))
+		return nil
+	case raw[0] == 'n':
+		// null empties what can be nil and leaves the rest alone.
+		switch v.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+			v.SetZero()
 		}
-		t = t.Elem()
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil
 	}
-	fields := fieldTypes(t)
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
 		}
-		name, _ := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil
+		return decode(raw, v.Elem(), path)
+	case reflect.Struct:
+		return decodeStruct(raw, v, path)
+	case reflect.Map:
+		return decodeMap(raw, v, path)
+	case reflect.Slice:
+		return decodeSlice(raw, v, path)
+	}
+	return decodeScalar(raw, v, path)
+}
+
+// decodeScalar stores a string, boolean or number.
+func decodeScalar(raw []byte, v reflect.Value, path string) error {
+	switch k := v.Kind(); {
+	case k == reflect.String && raw[0] == '"':
+		s, err := rawjson.String(raw)
+		v.SetString(s)
+		return err
+	case k == reflect.Bool && (raw[0] == 't' || raw[0] == 'f'):
+		v.SetBool(raw[0] == 't')
+		return nil
+	case raw[0] != '-' && (raw[0] < '0' || raw[0] > '9'):
+	case k >= reflect.Int && k <= reflect.Int64:
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil || v.OverflowInt(n) {
+			return mismatch(raw, v, path)
 		}
+		v.SetInt(n)
+		return nil
+	case k >= reflect.Uint && k <= reflect.Uintptr:
+		n, err := strconv.ParseUint(string(raw), 10, 64)
+		if err != nil || v.OverflowUint(n) {
+			return mismatch(raw, v, path)
+		}
+		v.SetUint(n)
+		return nil
+	case k == reflect.Float32 || k == reflect.Float64:
+		f, err := strconv.ParseFloat(string(raw), v.Type().Bits())
+		if err != nil || v.OverflowFloat(f) {
+			return mismatch(raw, v, path)
+		}
+		v.SetFloat(f)
+		return nil
+	}
+	return mismatch(raw, v, path)
+}
+
+// mismatch is the error for a JSON value that v cannot hold.
+func mismatch(raw []byte, v reflect.Value, path string) error {
+	what := map[byte]string{'"': "a string", '{': "an object", '[': "an array", 't': "a boolean", 'f': "a boolean"}[raw[0]]
+	if what == "" {
+		what = "the number " + string(raw)
+	}
+	name := strings.TrimSuffix(path, ".")
+	if name == "" {
+		return fmt.Errorf("cannot decode %s into %s", what, v.Type())
+	}
+	return fmt.Errorf("field %q: cannot decode %s into %s", name, what, v.Type())
+}
+
+// decodeStruct stores an object's members in the fields of v whose json
+// names they are, exactly.
+func decodeStruct(raw []byte, v reflect.Value, path string) error {
+	if raw[0] != '{' {
+		return mismatch(raw, v, path)
+	}
+	seen := make(map[string]bool, 8)
+	return rawjson.Members(raw, func(name string, value []byte) error {
 		if seen[name] {
 			return fmt.Errorf("field %q is given twice", path+name)
 		}
 		seen[name] = true
-		ft, known := fields[name]
-		if !known && fields != nil {
-			for f := range fields {
-				if strings.EqualFold(f, name) {
-					return fmt.Errorf("field %q is not %q: names are case-sensitive", path+name, path+f)
-				}
-			}
-			if !unknownOK {
-				return fmt.Errorf("unknown field %q", path+name)
-			}
-		}
-		if ft != nil {
-			if err := checkMembers(raw, ft, path+name+".", false); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// checkElems checks every element of the array b.
-func checkElems(b []byte, elem reflect.Type, path string, unknownOK bool) error {
-	var elems []json.RawMessage
-	if json.Unmarshal(b, &elems) != nil {
-		return nil
-	}
-	for i, e := range elems {
-		if err := checkMembers(e, elem, fmt.Sprintf("%s[%d].", strings.TrimSuffix(path, "."), i), unknownOK); err != nil {
+		i, err := fieldIndex(v.Type(), name, path)
+		if err != nil {
 			return err
 		}
-	}
-	return nil
+		return decode(value, v.Field(i), path+name+".")
+	})
 }
 
-// fieldTypes maps the json names of struct t's fields to the types that
-// need checking in turn (nil for the others). It returns nil for anything
-// but a struct, whose names are then all allowed (a map).
-func fieldTypes(t reflect.Type) map[string]reflect.Type {
-	if t == nil || t.Kind() != reflect.Struct {
-		return nil
-	}
-	out := map[string]reflect.Type{}
+// fieldIndex finds the field of struct t whose json name is name.
+func fieldIndex(t reflect.Type, name, path string) (int, error) {
+	near := ""
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if !f.IsExported() || name == "-" {
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || tag == "-" {
 			continue
 		}
-		if name == "" {
-			name = f.Name
+		if tag == "" {
+			tag = f.Name
 		}
-		out[name] = nil
-		if nested(f.Type) {
-			out[name] = f.Type
+		if tag == name {
+			return i, nil
+		}
+		if strings.EqualFold(tag, name) {
+			near = tag
 		}
 	}
-	return out
+	if near != "" {
+		return 0, fmt.Errorf("field %q is not %q: names are case-sensitive", path+name, path+near)
+	}
+	return 0, fmt.Errorf("unknown field %q", path+name)
 }
 
-// nested reports whether values of t are objects to check member by
-// member.
-func nested(t reflect.Type) bool {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
-		if t == reflect.TypeFor[json.RawMessage]() {
-			return false
-		}
-		t = t.Elem()
+// decodeMap adds an object's members to the map v, whose keys are strings.
+func decodeMap(raw []byte, v reflect.Value, path string) error {
+	if raw[0] != '{' || v.Type().Key().Kind() != reflect.String {
+		return mismatch(raw, v, path)
 	}
-	return t.Kind() == reflect.Struct && t != reflect.TypeFor[json.RawMessage]()
+	if v.IsNil() {
+		v.Set(reflect.MakeMap(v.Type()))
+	}
+	seen := make(map[string]bool, 8)
+	return rawjson.Members(raw, func(name string, value []byte) error {
+		if seen[name] {
+			return fmt.Errorf("field %q is given twice", path+name)
+		}
+		seen[name] = true
+		elem := reflect.New(v.Type().Elem()).Elem()
+		if err := decode(value, elem, path+name+"."); err != nil {
+			return err
+		}
+		v.SetMapIndex(reflect.ValueOf(name).Convert(v.Type().Key()), elem)
+		return nil
+	})
+}
+
+// decodeSlice replaces v with a new slice of an array's elements; [] is an
+// empty slice, not nil.
+func decodeSlice(raw []byte, v reflect.Value, path string) error {
+	if raw[0] != '[' {
+		return mismatch(raw, v, path)
+	}
+	s := reflect.MakeSlice(v.Type(), 0, 0)
+	prefix := strings.TrimSuffix(path, ".")
+	err := rawjson.Elements(raw, func(value []byte) error {
+		i := s.Len()
+		s = reflect.Append(s, reflect.Zero(v.Type().Elem()))
+		return decode(value, s.Index(i), fmt.Sprintf("%s[%d].", prefix, i))
+	})
+	v.Set(s)
+	return err
 }

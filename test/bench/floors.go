@@ -10,14 +10,17 @@ import (
 // floors are the two reference binaries every scenario is measured against.
 type floors struct {
 	exec    string // does nothing
+	startup string // links the plugins' dependencies, reads stdin, answers
 	durable string // one durable bbolt Update
 }
 
 // buildFloors builds the floors from test/bench/floor the way the plugins
 // are built (static, trimmed, stripped).
 func buildFloors(work string) (floors, error) {
-	f := floors{exec: filepath.Join(work, "floor-exec"), durable: filepath.Join(work, "floor-bbolt")}
-	for bin, pkg := range map[string]string{f.exec: "./test/bench/floor/exec", f.durable: "./test/bench/floor/bbolt"} {
+	f := floors{exec: filepath.Join(work, "floor-exec"), startup: filepath.Join(work, "floor-startup"),
+		durable: filepath.Join(work, "floor-bbolt")}
+	for bin, pkg := range map[string]string{f.exec: "./test/bench/floor/exec", f.startup: "./test/bench/floor/startup",
+		f.durable: "./test/bench/floor/bbolt"} {
 		if err := goBuild(bin, pkg); err != nil {
 			return f, err
 		}

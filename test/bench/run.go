@@ -47,6 +47,7 @@ type result struct {
 	name            string
 	p50, p90, p99   time.Duration
 	execP50, durP50 time.Duration
+	startP50        time.Duration // the start-up floor
 	rssKiB          int64
 }
 
@@ -94,7 +95,7 @@ func measure(s scenario, fl floors, n int) (result, error) {
 		return result{}, err
 	}
 	durable := proc{bin: fl.durable, args: []string{filepath.Join(s.state, "floor.db")}}
-	var got, execs, durs []time.Duration
+	var got, execs, starts, durs []time.Duration
 	for i := range n {
 		if s.before != nil {
 			if err := s.before(i); err != nil {
@@ -105,7 +106,7 @@ func measure(s scenario, fl floors, n int) (result, error) {
 		for _, x := range []struct {
 			p   proc
 			out *[]time.Duration
-		}{{proc{bin: fl.exec}, &execs}, {durable, &durs}, {p, &got}} {
+		}{{proc{bin: fl.exec}, &execs}, {proc{bin: fl.startup, stdin: p.stdin}, &starts}, {durable, &durs}, {p, &got}} {
 			d, err := timed(x.p)
 			if err != nil {
 				return result{}, err
@@ -123,7 +124,7 @@ func measure(s scenario, fl floors, n int) (result, error) {
 		return result{}, err
 	}
 	return result{name: s.name, p50: pct(got, 50), p90: pct(got, 90), p99: pct(got, 99),
-		execP50: pct(execs, 50), durP50: pct(durs, 50), rssKiB: rss}, nil
+		execP50: pct(execs, 50), startP50: pct(starts, 50), durP50: pct(durs, 50), rssKiB: rss}, nil
 }
 
 // peakRSS runs the scenario's command a few more times under GNU time and
