@@ -15,11 +15,11 @@ import (
 // host is a fake kernel tree: a boot id, a sequence number, a sysfs
 // directory and a devtmpfs directory.
 type host struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 }
 
-func newHost(t *testing.T) *host {
+func newHost(t testing.TB) *host {
 	h := &host{t: t, root: t.TempDir()}
 	h.write("boot_id", "8f1e-boot-1\n")
 	h.write("seqnum", "100\n")
@@ -311,5 +311,28 @@ func TestSweep(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Errorf("fresh temporary file removed: %v", err)
+	}
+}
+
+// BenchmarkLoad is a cache hit with 50 KB of facts (about 1024 GPUs):
+// Load reads and checks the whole file, Summary only its head.
+func BenchmarkLoad(b *testing.B) {
+	h := newHost(b)
+	state := b.TempDir()
+	c := h.cache(state)
+	if err := c.Save(c.Begin(), make([]byte, 16), bytes.Repeat([]byte("facts"), 10<<10)); err != nil {
+		b.Fatal(err)
+	}
+	for _, get := range []struct {
+		name string
+		fn   func(c *Cache) ([]byte, *Stamp)
+	}{{"whole", (*Cache).Load}, {"head", (*Cache).Summary}} {
+		b.Run(get.name, func(b *testing.B) {
+			for b.Loop() {
+				if got, _ := get.fn(c); got == nil {
+					b.Fatal("miss")
+				}
+			}
+		})
 	}
 }
