@@ -171,7 +171,7 @@ func (c *Cache) read(whole bool) (*file, error) {
 		}
 		return c.decode(buf[:n])
 	}
-	var small [headRead]byte
+	var small [headRead]byte // on the stack: no heap span to fault in
 	n, err := readFull(fd, small[:min(int(st.Size), headRead)])
 	if err != nil {
 		return nil, err
