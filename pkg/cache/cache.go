@@ -86,27 +86,56 @@ func (c *Cache) Load() ([]byte, *Stamp) {
 	if !ok {
 		return nil, nil
 	}
-	file, err := c.read()
+	f, st := c.check(now)
+	if f == nil {
+		return nil, st
+	}
+	return f.facts, nil
+}
+
+// Summary is Load for the summary saved with the facts. While the quick
+// part of the stamp holds, it reads only the head of the file, whose own
+// checksum covers the summary: its cost does not grow with the facts.
+func (c *Cache) Summary() ([]byte, *Stamp) {
+	now, ok := c.quick()
+	if !ok {
+		return nil, nil
+	}
+	f, err := c.read(false)
+	if err == nil && now.same(f.st) {
+		return f.summary, nil
+	}
+	if err != nil || now.boot != f.st.boot { // the whole file would not do either
+		return nil, c.listed(now)
+	}
+	f, st := c.check(now) // the listing check, which may rewrite the file
+	if f == nil {
+		return nil, st
+	}
+	return f.summary, nil
+}
+
+// check reads the whole file and judges it against a quick stamp taken
+// now: the file when it still holds (rewritten under the new stamp when
+// only the listings proved it), else nil and the stamp to save with.
+func (c *Cache) check(now *Stamp) (*file, *Stamp) {
+	f, err := c.read(true)
 	if err != nil {
 		return nil, c.listed(now)
 	}
-	old, facts, err := c.decode(file)
-	if err != nil {
-		return nil, c.listed(now)
+	if now.same(f.st) {
+		return f, nil
 	}
-	if now.same(old) {
-		return facts, nil
-	}
-	if now.boot != old.boot {
+	if now.boot != f.st.boot {
 		return nil, c.listed(now)
 	}
 	// The sequence number or a /dev directory moved: compare listings.
 	now = c.listed(now)
-	if now == nil || !now.sameLists(old) {
+	if now == nil || !now.sameLists(f.st) {
 		return nil, now
 	}
-	_ = c.Save(now, facts)
-	return facts, nil
+	_ = c.Save(now, f.summary, f.facts)
+	return f, nil
 }
 
 // Begin returns a stamp taken now, to save facts scanned after it with;
@@ -119,8 +148,9 @@ func (c *Cache) Begin() *Stamp {
 	return c.listed(now)
 }
 
-// read reads the cache file: a regular file of ours, never through a link.
-func (c *Cache) read() ([]byte, error) {
+// read reads the cache file, a regular file of ours, never through a
+// link: whole, or only its head.
+func (c *Cache) read(whole bool) (*file, error) {
 	fd, err := unix.Open(c.Path(), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -133,37 +163,68 @@ func (c *Cache) read() ([]byte, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 || st.Size > maxSize {
 		return nil, errors.New("not a cache file of ours")
 	}
-	buf := make([]byte, st.Size)
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
+	if whole {
+		buf := make([]byte, st.Size)
+		n, err := readFull(fd, buf)
 		if err != nil {
 			return nil, err
 		}
-		if m == 0 {
-			break
-		}
-		n += m
+		return c.decode(buf[:n])
 	}
-	return buf[:n], nil
+	var small [headRead]byte // on the stack: no heap span to fault in
+	n, err := readFull(fd, small[:min(int(st.Size), headRead)])
+	if err != nil {
+		return nil, err
+	}
+	b := small[:n]
+	if end, ok := headEnd(b); ok && end > n && end <= int(st.Size) { // a long key: read the rest of the head
+		b = append(make([]byte, 0, end), b...)[:end]
+		if m, err := readFull(fd, b[n:]); err != nil || m != end-n {
+			return nil, errors.New("truncated cache file")
+		}
+	}
+	return c.decodeHead(b, int(st.Size))
 }
 
 // maxSize bounds a cache file; facts of thousands of devices take tens of
 // KiB.
 const maxSize = 16 << 20
 
-// Save replaces the cache file with facts under stamp st: the new file is
-// written whole under a temporary name and renamed into place. A nil stamp (a host that cannot be cached) or a state directory that does
-// not exist saves nothing. The file is not synced: after a crash it is at
-// worst empty or torn, which its checksum catches, and it is rebuilt.
-func (c *Cache) Save(st *Stamp, facts []byte) error {
+// headRead is how much of the file a read of its head asks for at first:
+// the head of a cache whose key names a host root of ordinary length.
+const headRead = 512
+
+// readFull reads into b until it is full or the file ends.
+func readFull(fd int, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := unix.Read(fd, b[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// Save replaces the cache file with facts and their summary under stamp
+// st: the new file is written whole under a temporary name and renamed
+// into place. The summary is what the plugin derives from the facts for
+// its cheapest command; it is kept in the file's head (Summary). A nil
+// stamp (a host that cannot be cached) or a state directory that does not
+// exist saves nothing. The file is not synced: after a crash it is at
+// worst empty or torn, which its checksums catch, and it is rebuilt.
+func (c *Cache) Save(st *Stamp, summary, facts []byte) error {
 	if st == nil {
 		return nil
 	}
-	b := c.encode(st, facts)
+	b := c.encode(st, summary, facts)
 	c.sweep()
 	tmp := c.Path() + ".tmp-" + strconv.Itoa(os.Getpid())
 	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
@@ -230,43 +291,108 @@ func writeAll(fd int, b []byte) error {
 	return nil
 }
 
-// The file: magic, then a checksum of the rest (sum), then the rest:
-// format version, key, stamp, facts.
+// The file is a head and a body. The head: the magic, a checksum of the
+// rest of the head, its length (4 bytes), then the format version, key,
+// stamp, summary, and the body's length and checksum. The body: the facts.
+// A read of the head alone (Summary) checks everything it returns, and
+// that the file is as long as the head says; a read of the whole file
+// checks the body too.
 const (
 	magic   = "CDIcache"
-	version = 1
+	version = 2
+	fixed   = len(magic) + 8 + 4 // magic, checksum, length of the head
 )
 
-func (c *Cache) encode(st *Stamp, facts []byte) []byte {
-	b := make([]byte, 0, 128+len(facts))
-	b = append(b, magic...)
-	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // checksum, below
+func (c *Cache) encode(st *Stamp, summary, facts []byte) []byte {
+	b := make([]byte, fixed, 160+len(c.key)+len(summary)+len(facts))
+	copy(b, magic)
 	b = binary.AppendUvarint(b, version)
 	b = appendString(b, c.key)
 	b = st.append(b)
-	b = append(b, facts...)
-	binary.LittleEndian.PutUint64(b[len(magic):], sum(b[len(magic)+8:]))
-	return b
+	b = appendString(b, string(summary))
+	b = binary.AppendUvarint(b, uint64(len(facts)))
+	b = binary.LittleEndian.AppendUint64(b, sum(facts))
+	binary.LittleEndian.PutUint32(b[fixed-4:], uint32(len(b)-fixed))
+	binary.LittleEndian.PutUint64(b[len(magic):], sum(b[fixed-4:]))
+	return append(b, facts...)
 }
 
-// decode checks a file and splits it into its stamp and facts.
-func (c *Cache) decode(b []byte) (*Stamp, []byte, error) {
-	if len(b) < len(magic)+8 || string(b[:len(magic)]) != magic {
-		return nil, nil, errors.New("not a cache file")
+// file is a cache file, decoded.
+type file struct {
+	st      *Stamp
+	summary []byte
+	facts   []byte // nil when only the head was read
+}
+
+// headEnd returns where the head that b begins ends, from its length
+// field; false when b is too short to say or is not a cache file.
+func headEnd(b []byte) (int, bool) {
+	if len(b) < fixed || string(b[:len(magic)]) != magic {
+		return 0, false
+	}
+	n := binary.LittleEndian.Uint32(b[fixed-4:])
+	if n > maxSize {
+		return 0, false
+	}
+	return fixed + int(n), true
+}
+
+// decode checks a whole file and splits it into stamp, summary and facts.
+func (c *Cache) decode(b []byte) (*file, error) {
+	st, h, err := c.head(b)
+	if err != nil {
+		return nil, err
+	}
+	body := b[h.end:]
+	if uint64(len(body)) != h.bodyLen || sum(body) != h.bodySum {
+		return nil, errors.New("checksum mismatch")
+	}
+	return &file{st: st, summary: h.summary, facts: body}, nil
+}
+
+// decodeHead checks the head of a file of size bytes, which b holds
+// (and perhaps some of the body), and returns its stamp and summary. The
+// summary is copied out of b.
+func (c *Cache) decodeHead(b []byte, size int) (*file, error) {
+	st, h, err := c.head(b)
+	if err != nil {
+		return nil, err
+	}
+	if uint64(size-h.end) != h.bodyLen {
+		return nil, errors.New("truncated cache file")
+	}
+	return &file{st: st, summary: []byte(string(h.summary))}, nil
+}
+
+// head is the head of a file, decoded, but for its stamp.
+type head struct {
+	summary          []byte // in place
+	end              int    // where the body begins
+	bodyLen, bodySum uint64
+}
+
+// head checks and decodes the head that b begins with. The stamp is
+// returned apart, as it holds nothing of b.
+func (c *Cache) head(b []byte) (*Stamp, head, error) {
+	end, ok := headEnd(b)
+	if !ok || end > len(b) {
+		return nil, head{}, errors.New("not a cache file")
 	}
 	want := binary.LittleEndian.Uint64(b[len(magic):])
-	r := reader{b: b[len(magic)+8:]}
-	if sum(r.b) != want {
-		return nil, nil, errors.New("checksum mismatch")
+	if sum(b[fixed-4:end]) != want {
+		return nil, head{}, errors.New("checksum mismatch")
 	}
-	if r.uvarint() != version || r.string() != c.key {
-		return nil, nil, errors.New("another format or host")
+	r := reader{b: b[fixed:end]}
+	if r.uvarint() != version || string(r.bytes()) != c.key {
+		return nil, head{}, errors.New("another format or host")
 	}
 	st := r.stamp()
-	if r.err != nil {
-		return nil, nil, r.err
+	h := head{summary: r.bytes(), end: end}
+	h.bodyLen, h.bodySum = r.uvarint(), r.u64()
+	if r.err != nil || len(r.b) != 0 {
+		return nil, head{}, errors.New("malformed cache file")
 	}
-	return st, r.b, nil
+	return st, h, nil
 }
 
 func appendString(b []byte, s string) []byte {
@@ -300,15 +426,18 @@ func (r *reader) u64() uint64 {
 	return v
 }
 
-func (r *reader) string() string {
+func (r *reader) string() string { return string(r.bytes()) }
+
+// bytes reads a string in place.
+func (r *reader) bytes() []byte {
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
 		r.fail()
-		return ""
+		return nil
 	}
-	s := string(r.b[:n])
+	v := r.b[:n:n]
 	r.b = r.b[n:]
-	return s
+	return v
 }
 
 func (r *reader) fail() {

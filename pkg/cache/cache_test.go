@@ -2,9 +2,12 @@ package cache
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -12,11 +15,11 @@ import (
 // host is a fake kernel tree: a boot id, a sequence number, a sysfs
 // directory and a devtmpfs directory.
 type host struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 }
 
-func newHost(t *testing.T) *host {
+func newHost(t testing.TB) *host {
 	h := &host{t: t, root: t.TempDir()}
 	h.write("boot_id", "8f1e-boot-1\n")
 	h.write("seqnum", "100\n")
@@ -96,25 +99,32 @@ func TestLoad(t *testing.T) {
 			}
 		}, false},
 	}
+	reads := []struct {
+		name string
+		get  func(c *Cache) ([]byte, *Stamp)
+		want string
+	}{{"Load", (*Cache).Load, "the facts"}, {"Summary", (*Cache).Summary, "sum"}}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newHost(t)
-			c := h.cache(t.TempDir())
-			if facts, st := c.Load(); facts != nil || st == nil {
-				t.Fatalf("empty cache: facts %q, stamp %v", facts, st)
-			}
-			if err := c.Save(c.Begin(), []byte("the facts")); err != nil {
-				t.Fatal(err)
-			}
-			tt.change(h)
-			facts, st := c.Load()
-			if got := facts != nil; got != tt.fresh {
-				t.Fatalf("fresh = %v, want %v", got, tt.fresh)
-			}
-			if tt.fresh && string(facts) != "the facts" || !tt.fresh && st == nil {
-				t.Fatalf("facts %q, stamp %v", facts, st)
-			}
-		})
+		for _, rd := range reads {
+			t.Run(tt.name+"/"+rd.name, func(t *testing.T) {
+				h := newHost(t)
+				c := h.cache(t.TempDir())
+				if got, st := rd.get(c); got != nil || st == nil {
+					t.Fatalf("empty cache: %q, stamp %v", got, st)
+				}
+				if err := c.Save(c.Begin(), []byte("sum"), []byte("the facts")); err != nil {
+					t.Fatal(err)
+				}
+				tt.change(h)
+				got, st := rd.get(c)
+				if fresh := got != nil; fresh != tt.fresh {
+					t.Fatalf("fresh = %v, want %v", fresh, tt.fresh)
+				}
+				if tt.fresh && string(got) != rd.want || !tt.fresh && st == nil {
+					t.Fatalf("got %q, stamp %v", got, st)
+				}
+			})
+		}
 	}
 }
 
@@ -122,19 +132,23 @@ func TestLoad(t *testing.T) {
 // harmless, the file carries the new number and the next Load lists
 // nothing.
 func TestStampRewritten(t *testing.T) {
-	h := newHost(t)
-	c := h.cache(t.TempDir())
-	if err := c.Save(c.Begin(), []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	h.bump()
-	if facts, _ := c.Load(); facts == nil {
-		t.Fatal("not fresh")
-	}
-	listed := 0
-	c.watch.List = func(string, func([]byte, uint64, uint8)) error { listed++; return nil }
-	if facts, _ := c.Load(); facts == nil || listed != 0 {
-		t.Fatalf("facts %q after %d listings", facts, listed)
+	for _, get := range []func(c *Cache) ([]byte, *Stamp){(*Cache).Load, (*Cache).Summary} {
+		h := newHost(t)
+		c := h.cache(t.TempDir())
+		if err := c.Save(c.Begin(), []byte("sum"), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		h.bump()
+		if got, _ := get(c); got == nil {
+			t.Fatal("not fresh")
+		}
+		listed := 0
+		c.watch.List = func(string, func([]byte, uint64, uint8)) error { listed++; return nil }
+		for _, get := range []func(c *Cache) ([]byte, *Stamp){(*Cache).Load, (*Cache).Summary} {
+			if got, _ := get(c); got == nil || listed != 0 {
+				t.Fatalf("%q after %d listings", got, listed)
+			}
+		}
 	}
 }
 
@@ -147,14 +161,17 @@ func TestRacy(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := h.cache(t.TempDir())
-	if err := c.Save(c.Begin(), []byte("x")); err != nil {
+	if err := c.Save(c.Begin(), nil, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	listed := 0
 	c.watch.List = func(dir string, fn func([]byte, uint64, uint8)) error { listed++; return nil }
-	c.Load()
-	if listed == 0 {
-		t.Fatal("a racy stamp was trusted without listing")
+	for _, get := range []func(c *Cache) ([]byte, *Stamp){(*Cache).Load, (*Cache).Summary} {
+		listed = 0
+		get(c)
+		if listed == 0 {
+			t.Fatal("a racy stamp was trusted without listing")
+		}
 	}
 }
 
@@ -165,7 +182,7 @@ func TestFile(t *testing.T) {
 	h := newHost(t)
 	state := t.TempDir()
 	c := h.cache(state)
-	if err := c.Save(c.Begin(), []byte("facts")); err != nil {
+	if err := c.Save(c.Begin(), []byte("sum"), []byte("facts")); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(c.Path())
@@ -173,16 +190,34 @@ func TestFile(t *testing.T) {
 		t.Fatalf("%v %v", fi, err)
 	}
 	good, _ := os.ReadFile(c.Path())
-	for i := range good {
-		bad := bytes.Clone(good)
-		bad[i] ^= 0x40
+	body := len(good) - len("facts")
+	damaged := func(what string, bad []byte, headOK bool) {
+		t.Helper()
 		if err := os.WriteFile(c.Path(), bad, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if facts, _ := c.Load(); facts != nil {
-			t.Fatalf("byte %d flipped: trusted %q", i, facts)
+			t.Fatalf("%s: Load trusted %q", what, facts)
+		}
+		// Summary reads only the head: it trusts a damaged body, never a
+		// damaged head, nor a file of another length than the head says.
+		if sum, _ := c.Summary(); (sum != nil) != headOK || headOK && string(sum) != "sum" {
+			t.Fatalf("%s: Summary = %q", what, sum)
 		}
 	}
+	for i := range good {
+		bad := bytes.Clone(good)
+		bad[i] ^= 0x40
+		damaged(fmt.Sprintf("byte %d flipped", i), bad, i >= body)
+	}
+	for i := range good {
+		damaged(fmt.Sprintf("cut to %d bytes", i), good[:i], false)
+	}
+	damaged("a byte appended", append(bytes.Clone(good), 0), false)
+	old := bytes.Clone(good) // format version 1, checksummed: another format
+	old[fixed] = 1
+	binary.LittleEndian.PutUint64(old[len(magic):], sum(old[fixed-4:body]))
+	damaged("version 1", old, false)
 	if err := os.WriteFile(c.Path(), good, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -197,32 +232,59 @@ func TestFile(t *testing.T) {
 		t.Fatalf("no boot id: facts %q, stamp %v", facts, st)
 	}
 	gone := New(filepath.Join(state, "missing"), "p", "k", newHost(t).cache(state).watch)
-	if err := gone.Save(gone.Begin(), []byte("x")); err == nil {
+	if err := gone.Save(gone.Begin(), nil, []byte("x")); err == nil {
 		t.Fatal("saved into a state directory that does not exist")
 	}
 }
 
-// FuzzDecode: any file either fails to decode or gives facts that were
-// checksummed: never a panic.
+// FuzzDecode: any file either fails to decode or gives facts and a
+// summary that were checksummed: never a panic. A file that decodes whole
+// has a head that decodes alone, to the same summary.
 func FuzzDecode(f *testing.F) {
 	c := New("/nonexistent", "p", "k", Watch{})
 	st := &Stamp{boot: "b", seq: 7, hasSeq: true, times: []int64{1}, sys: []listing{{1, 2}}, dev: []listing{{3, 4}}}
-	f.Add(c.encode(st, []byte("facts")))
+	f.Add(c.encode(st, []byte("sum"), []byte("facts")))
+	f.Add(c.encode(st, nil, nil))
 	f.Add([]byte("CDIcache"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		st, facts, err := c.decode(b)
+		h, herr := c.decodeHead(b, len(b))
+		file, err := c.decode(b)
 		if err != nil {
 			return
 		}
-		if again := c.encode(st, facts); !bytes.Equal(again, b) {
+		if herr != nil || !bytes.Equal(h.summary, file.summary) || h.st.boot != file.st.boot {
+			t.Fatalf("the whole file decodes, its head alone: %v", herr)
+		}
+		if again := c.encode(file.st, file.summary, file.facts); !bytes.Equal(again, b) {
 			// Varints may be spelled longer than needed; the stamp must
 			// still read back the same.
-			st2, facts2, err := c.decode(again)
-			if err != nil || !bytes.Equal(facts2, facts) || st2.boot != st.boot || st2.seq != st.seq {
+			f2, err := c.decode(again)
+			if err != nil || !bytes.Equal(f2.facts, file.facts) || !bytes.Equal(f2.summary, file.summary) ||
+				f2.st.boot != file.st.boot || f2.st.seq != file.st.seq {
 				t.Fatalf("re-encoding changed the file")
 			}
 		}
 	})
+}
+
+// TestLongKey: a head longer than the first read of Summary (a long host
+// root in the key) is read whole.
+func TestLongKey(t *testing.T) {
+	h := newHost(t)
+	state := t.TempDir()
+	c := New(state, "p", strings.Repeat("k", 3*headRead), h.cache(state).watch)
+	if err := c.Save(c.Begin(), []byte("sum"), []byte("facts")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := c.read(false); err != nil || string(f.summary) != "sum" || f.facts != nil {
+		t.Fatalf("reading the head: %+v, %v", f, err)
+	}
+	if sum, st := c.Summary(); string(sum) != "sum" || st != nil {
+		t.Fatalf("Summary = %q, %v", sum, st)
+	}
+	if facts, st := c.Load(); string(facts) != "facts" || st != nil {
+		t.Fatalf("Load = %q, %v", facts, st)
+	}
 }
 
 // TestSweep: a temporary file a killed writer left behind goes with the
@@ -241,7 +303,7 @@ func TestSweep(t *testing.T) {
 	if err := os.Chtimes(old, long, long); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Save(c.Begin(), []byte("x")); err != nil {
+	if err := c.Save(c.Begin(), nil, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(old); !os.IsNotExist(err) {
@@ -249,5 +311,28 @@ func TestSweep(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Errorf("fresh temporary file removed: %v", err)
+	}
+}
+
+// BenchmarkLoad is a cache hit with 50 KB of facts (about 1024 GPUs):
+// Load reads and checks the whole file, Summary only its head.
+func BenchmarkLoad(b *testing.B) {
+	h := newHost(b)
+	state := b.TempDir()
+	c := h.cache(state)
+	if err := c.Save(c.Begin(), make([]byte, 16), bytes.Repeat([]byte("facts"), 10<<10)); err != nil {
+		b.Fatal(err)
+	}
+	for _, get := range []struct {
+		name string
+		fn   func(c *Cache) ([]byte, *Stamp)
+	}{{"whole", (*Cache).Load}, {"head", (*Cache).Summary}} {
+		b.Run(get.name, func(b *testing.B) {
+			for b.Loop() {
+				if got, _ := get.fn(c); got == nil {
+					b.Fatal("miss")
+				}
+			}
+		})
 	}
 }

@@ -36,12 +36,13 @@ var missing = listing{n: 1 << 63}
 // quick takes the cheap part of a stamp: boot id, sequence number and
 // /dev times. It reports false for a host that cannot be cached.
 func (c *Cache) quick() (*Stamp, bool) {
-	boot, err := readSmall(c.watch.Boot)
+	var buf [64]byte // on the stack: a fresh heap span costs a page fault
+	boot, err := readSmall(c.watch.Boot, buf[:])
 	if err != nil || len(boot) == 0 {
 		return nil, false
 	}
 	st := &Stamp{boot: trimID(boot)}
-	if b, err := readSmall(c.watch.Seqnum); err == nil {
+	if b, err := readSmall(c.watch.Seqnum, buf[:]); err == nil {
 		st.seq, st.hasSeq = parseUint(b)
 	}
 	now := time.Now().UnixNano()
@@ -200,8 +201,9 @@ func (r *reader) count() int {
 	return int(n)
 }
 
-// readSmall reads a small kernel attribute with plain system calls.
-func readSmall(path string) ([]byte, error) {
+// readSmall reads a small kernel attribute into buf with plain system
+// calls.
+func readSmall(path string, buf []byte) ([]byte, error) {
 	if path == "" {
 		return nil, unix.ENOENT
 	}
@@ -210,8 +212,7 @@ func readSmall(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	var buf [64]byte
-	n, err := unix.Read(fd, buf[:])
+	n, err := unix.Read(fd, buf)
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func capacityFields(c *Call, caps map[string]int) ([]protocol.Field, error) {
 
 // fail prints err as a protocol error object and returns the exit status:
 // 1, except for DEL, which always exits 0.
-func (d Dispatcher) fail(c *Call, err error) int {
+func (d *Dispatcher) fail(c *Call, err error) int {
 	e := protocol.AsError(err)
 	fields := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
 	if e.Details != "" {
@@ -96,7 +96,7 @@ func (d Dispatcher) fail(c *Call, err error) int {
 
 // print writes fields as the single JSON object of this invocation. A nil
 // fields prints nothing.
-func (d Dispatcher) print(status int, fields []protocol.Field) int {
+func (d *Dispatcher) print(status int, fields []protocol.Field) int {
 	if fields == nil {
 		return status
 	}

@@ -32,7 +32,7 @@ func Main(about About) {
 // Run executes one command and returns the process exit status. Run by
 // hand, the plugin prints one line on stderr saying what it is and how it
 // is called, and exits 1.
-func (d Dispatcher) Run(ctx context.Context, about About) int {
+func (d *Dispatcher) Run(ctx context.Context, about About) int {
 	if d.versionFlag(about) {
 		return 0
 	}
@@ -57,7 +57,7 @@ func (d Dispatcher) Run(ctx context.Context, about About) int {
 
 // safeRun is run with any panic turned into an internal error; the stack
 // goes to stderr for the logs.
-func (d Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []protocol.Field, err error) {
+func (d *Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []protocol.Field, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(d.Stderr, "panic: %v\n%s", r, debug.Stack())
@@ -70,7 +70,7 @@ func (d Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []pr
 // run performs the checks of docs/protocol.md#order-of-checks in order and
 // calls the plugin. It returns the fields of the success answer (nil for
 // none).
-func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]protocol.Field, error) {
+func (d *Dispatcher) run(ctx context.Context, about About, c *Call) ([]protocol.Field, error) {
 	if err := d.readConfig(ctx, c); err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (d Dispatcher) run(ctx context.Context, about About, c *Call) ([]protocol.F
 // readConfig reads stdin and sets the reply's version and the config:
 // steps 1 to 4 of the order of checks. The reply's version is the first
 // supported of the environment's, the config's, and Latest.
-func (d Dispatcher) readConfig(ctx context.Context, c *Call) error {
+func (d *Dispatcher) readConfig(ctx context.Context, c *Call) error {
 	stdin, readErr := readStdin(ctx, d.Stdin)
 	envVersion := d.Getenv(protocol.EnvVersion)
 	conf, confErr := protocol.ParseConfig(stdin)
@@ -149,7 +149,7 @@ func configError(err error) error {
 // checkCommand refuses a command that is not one of the protocol's or our
 // extensions'. Whether the plugin offers an extension is checked once it
 // exists.
-func (d Dispatcher) checkCommand(c *Call) error {
+func (d *Dispatcher) checkCommand(c *Call) error {
 	switch c.Command {
 	case protocol.CmdInfo, protocol.CmdAdd, protocol.CmdDel, protocol.CmdGC, protocol.CmdDevices:
 		return nil
@@ -159,13 +159,13 @@ func (d Dispatcher) checkCommand(c *Call) error {
 	return d.unsupported()
 }
 
-func (d Dispatcher) unsupported() error {
+func (d *Dispatcher) unsupported() error {
 	return protocol.NewError(protocol.CodeCommandUnsupported, "Unsupported command: "+d.Getenv(protocol.EnvCommand))
 }
 
 // start makes the plugin from its args, and refuses an extension it does
 // not implement.
-func (d Dispatcher) start(about About, c *Call) (Plugin, error) {
+func (d *Dispatcher) start(about About, c *Call) (Plugin, error) {
 	plugin, err := about.New(c)
 	if err != nil {
 		var e *protocol.Error

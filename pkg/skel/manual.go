@@ -14,7 +14,7 @@ import (
 // CDI_COMMAND, and arguments on the command line (callers pass none) or
 // stdin on a terminal. The plugin then must not wait for a config that
 // nobody is going to send.
-func (d Dispatcher) byHand() bool {
+func (d *Dispatcher) byHand() bool {
 	if d.Getenv(protocol.EnvCommand) != "" {
 		return false
 	}

@@ -10,7 +10,7 @@ import (
 
 // parseRequest performs the command-specific checks, the last step of
 // docs/protocol.md#order-of-checks.
-func (d Dispatcher) parseRequest(about About, c *Call) error {
+func (d *Dispatcher) parseRequest(about About, c *Call) error {
 	switch c.Command {
 	case protocol.CmdAdd, protocol.CmdDel:
 		c.RequestID = d.Getenv(protocol.EnvRequestID)
@@ -32,7 +32,7 @@ func (d Dispatcher) parseRequest(about About, c *Call) error {
 // parseValidIDs reads CDI_VALID_REQUEST_IDS. An empty list is legal (it
 // frees everything) only when spelled as the single word "none", so a
 // variable that is merely present but empty never wipes a node.
-func (d Dispatcher) parseValidIDs(c *Call) error {
+func (d *Dispatcher) parseValidIDs(c *Call) error {
 	raw := d.Getenv(protocol.EnvValidIDs)
 	switch raw {
 	case "":
@@ -55,7 +55,7 @@ func (d Dispatcher) parseValidIDs(c *Call) error {
 
 // parseAdd reads the request and its locality: every spec is checked
 // (grammar, then support) before any amount.
-func (d Dispatcher) parseAdd(about About, c *Call) error {
+func (d *Dispatcher) parseAdd(about About, c *Call) error {
 	raw := d.Getenv(protocol.EnvRequest)
 	if raw == "" {
 		return protocol.NewError(protocol.CodeInvalidRequest, "CDI_REQUEST is not set")
@@ -84,7 +84,7 @@ func (d Dispatcher) parseAdd(about About, c *Call) error {
 // request: the keys must obey their grammar, and the request must hold
 // exactly one item whose amount is the number of keys
 // (docs/protocol.md#extension-pinned-add).
-func (d Dispatcher) parsePinned(c *Call) error {
+func (d *Dispatcher) parsePinned(c *Call) error {
 	raw := d.Getenv(protocol.EnvRequestDevices)
 	if raw == "" {
 		return nil

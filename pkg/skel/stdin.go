@@ -64,37 +64,68 @@ func readFD(ctx context.Context, fd int) ([]byte, error) {
 	// The buffer grows on the heap: a large one on the stack would make
 	// the runtime grow and copy the goroutine's stack at once.
 	out := make([]byte, 0, 1024)
+	// Once the writer has hung up, what is left is in the pipe and reads
+	// no longer block: no more polls.
+	hup := false
 	for {
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			return nil, fmt.Errorf("no end of input after %v", bound.Round(time.Millisecond))
+		if !hup {
+			ready, err := poll(fd, deadline, bound)
+			if err != nil {
+				return nil, err
+			}
+			hup = ready&unix.POLLHUP != 0
+			if ready == 0 {
+				continue
+			}
 		}
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, int(wait.Milliseconds())+1)
-		if errors.Is(err, unix.EINTR) {
-			continue
+		var done, again bool
+		var err error
+		if out, done, again, err = readSome(fd, out); err != nil || done {
+			return out, err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("poll: %w", err)
-		}
-		if n == 0 {
-			continue
-		}
-		if len(out) == cap(out) {
-			out = slices.Grow(out, len(out))
-		}
-		m, err := unix.Read(fd, out[len(out):cap(out)])
-		switch {
-		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("read: %w", err)
-		case m == 0:
-			return out, nil
-		}
-		out = out[:len(out)+m]
-		if len(out) > maxConfigSize {
-			return nil, fmt.Errorf("config larger than %d bytes", maxConfigSize)
-		}
+		hup = hup && !again
 	}
+}
+
+// poll waits until fd is readable or the deadline passes, and returns the
+// events; none after an interrupted or timed-out wait.
+func poll(fd int, deadline time.Time, bound time.Duration) (int16, error) {
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return 0, fmt.Errorf("no end of input after %v", bound.Round(time.Millisecond))
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, int(wait.Milliseconds())+1)
+	switch {
+	case errors.Is(err, unix.EINTR), n == 0:
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("poll: %w", err)
+	}
+	return fds[0].Revents, nil
+}
+
+// readSome reads once from fd into out's spare room, growing it first
+// when it is full. done is set at the end of input, again when the read
+// would have had to wait.
+func readSome(fd int, out []byte) (_ []byte, done, again bool, err error) {
+	if len(out) == cap(out) {
+		out = slices.Grow(out, len(out))
+	}
+	m, err := unix.Read(fd, out[len(out):cap(out)])
+	switch {
+	case errors.Is(err, unix.EINTR):
+		return out, false, false, nil
+	case errors.Is(err, unix.EAGAIN):
+		return out, false, true, nil
+	case err != nil:
+		return nil, false, false, fmt.Errorf("read: %w", err)
+	case m == 0:
+		return out, true, false, nil
+	}
+	out = out[:len(out)+m]
+	if len(out) > maxConfigSize {
+		return nil, false, false, fmt.Errorf("config larger than %d bytes", maxConfigSize)
+	}
+	return out, false, false, nil
 }

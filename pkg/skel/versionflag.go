@@ -8,7 +8,7 @@ import (
 // versionFlag answers `<plugin> --version` for people, on stderr, without
 // reading stdin or the environment (docs/protocol.md#plugin-command-line).
 // It reports whether it did; the VERSION command is separate.
-func (d Dispatcher) versionFlag(about About) bool {
+func (d *Dispatcher) versionFlag(about About) bool {
 	name := about.Name
 	if name == "" {
 		name = "plugin"

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -239,6 +240,70 @@ func TestFactsEncoding(t *testing.T) {
 	}
 }
 
+// TestTally: for every choice of node kinds, the tally INFO reads from the
+// cache's head counts what count and judge count, whether the facts are
+// full or not; it survives its encoding, and a damaged one does not decode.
+func TestTally(t *testing.T) {
+	h := buildHost(t, testHost)
+	kinds := []string{sysfs.Primary, sysfs.Render, sysfs.Control}
+	for _, full := range []bool{false, true} {
+		h.Forget()
+		facts, err := scan(h, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, tl := encodeFacts(facts, full), tallyOf(facts)
+		if got, err := decodeTally(tl.encode()); err != nil || got != tl {
+			t.Fatalf("decodeTally(%v) = %v %v", tl, got, err)
+		}
+		for set := 1; set < 1<<len(kinds); set++ {
+			var want []string
+			for k, kind := range kinds {
+				if set&(1<<k) != 0 {
+					want = append(want, kind)
+				}
+			}
+			raw, _ := json.Marshal(map[string]any{"want_device_nodes": want})
+			f := filterOf(t, string(raw))
+			usable := 0
+			for _, g := range judge(facts, f) {
+				if g.Reason == "" {
+					usable++
+				}
+			}
+			n, err := count(enc, f)
+			if got := tl.usable(f.wants); err != nil || got != n || got != usable {
+				t.Errorf("full=%v %v: tally %d, count %d %v, judge %d", full, want, got, n, err, usable)
+			}
+		}
+	}
+	good := tallyOf(nil).encode()
+	for _, bad := range [][]byte{nil, good[1:], append(good, 0), append([]byte{1}, good[1:]...), {0x80, 0x80, 0x80, 0x80, 0x80}} {
+		if _, err := decodeTally(bad); err == nil {
+			t.Errorf("decodeTally(%x) accepted", bad)
+		}
+	}
+}
+
+// FuzzTally: any summary either fails to decode or encodes back to the
+// same tally.
+func FuzzTally(f *testing.F) {
+	f.Add(tally{0, 3, 1, 7}.encode())
+	f.Add([]byte{0, 0x80, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tl, err := decodeTally(b)
+		if err != nil {
+			return
+		}
+		if again, err := decodeTally(tl.encode()); err != nil || again != tl {
+			t.Fatalf("re-encoding changed the tally: %v %v", again, err)
+		}
+		if n := tl.usable([3]bool{true, true, true}); n < 0 {
+			t.Fatalf("usable = %d", n)
+		}
+	})
+}
+
 // FuzzFacts: whatever a cache file holds, decoding fails cleanly or gives
 // facts that encode back to the same bytes, and count agrees.
 func FuzzFacts(f *testing.F) {
@@ -269,6 +334,9 @@ func FuzzFacts(f *testing.F) {
 		if n != usable {
 			t.Fatalf("count %d, judge %d", n, usable)
 		}
+		if got := tallyOf(facts).usable([3]bool{true}); got != n {
+			t.Fatalf("tally %d, count %d", got, n)
+		}
 	})
 }
 
@@ -297,6 +365,44 @@ func TestPluginDiscover(t *testing.T) {
 		if d.Usable != (d.Reason == "") || len(d.Nodes) == 0 || strings.Contains(d.Key, "\n") {
 			t.Errorf("DEVICES entry %+v", d)
 		}
+	}
+}
+
+// TestCapacityFromHead: INFO without filters answers from the tally in
+// the cache's head, not reading the body, so a damaged body does not
+// change its answer; the next command that needs the facts finds the
+// damage and rebuilds the file. INFO with filters counts the facts.
+func TestCapacityFromHead(t *testing.T) {
+	h := buildHost(t, testHost)
+	long := time.Now().Add(-time.Hour) // a /dev/dri time that proves something (not racy)
+	if err := os.Chtimes(h.Dev("dri"), long, long); err != nil {
+		t.Fatal(err)
+	}
+	p := &plugin{host: h, filter: filterOf(t, `{}`), cache: newCache(t.TempDir(), h)}
+	if n, err := p.capacity(t.Context(), nil); err != nil || n != 3 {
+		t.Fatalf("INFO on a miss = %d %v", n, err)
+	}
+	good, err := os.ReadFile(p.cache.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 0x40
+	if err := os.WriteFile(p.cache.Path(), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.capacity(t.Context(), nil); err != nil || n != 3 {
+		t.Fatalf("INFO from the head = %d %v", n, err)
+	}
+	if now, _ := os.ReadFile(p.cache.Path()); !bytes.Equal(now, bad) {
+		t.Fatal("INFO without filters read past the head")
+	}
+	p.filter = filterOf(t, `{"vendorid_whitelist":["0x10de"]}`)
+	if n, err := p.capacity(t.Context(), nil); err != nil || n != 1 {
+		t.Fatalf("INFO with a whitelist = %d %v", n, err)
+	}
+	if now, _ := os.ReadFile(p.cache.Path()); bytes.Equal(now, bad) {
+		t.Fatal("a damaged body was not rebuilt")
 	}
 }
 

@@ -166,6 +166,71 @@ func encodeFacts(facts []fact, full bool) []byte {
 	return b
 }
 
+// tally is the summary the cache keeps with the facts, for INFO under a
+// config that filters by node kind only: the devices such a config would
+// hand out, by the set of node kinds they have in /dev (bit 1<<kind). A
+// config that wants some kinds counts every set that has one of them. It
+// is as config-independent as the facts, and its size does not grow with
+// them.
+type tally [1 << 3]int
+
+// tallyOf tallies facts. A device counts when an unfiltered config would
+// hand it out (reason, as count applies it) given a wanted node.
+func tallyOf(facts []fact) tally {
+	var t tally
+	for i := range facts {
+		f := &facts[i]
+		var kinds int
+		for _, m := range f.minors {
+			if m.inDev {
+				kinds |= 1 << m.kind
+			}
+		}
+		if kinds != 0 && reason(filter{}, f.flags, f.key(), f.vendor, f.device) == "" {
+			t[kinds]++
+		}
+	}
+	return t
+}
+
+// usable is how many devices a config wanting these node kinds would hand
+// out.
+func (t tally) usable(wants [3]bool) int {
+	var mask, n int
+	for k, w := range wants {
+		if w {
+			mask |= 1 << k
+		}
+	}
+	for kinds, c := range t {
+		if kinds&mask != 0 {
+			n += c
+		}
+	}
+	return n
+}
+
+// The cache's summary is the tally: one uvarint per set of kinds.
+func (t tally) encode() []byte {
+	b := make([]byte, 0, 2*len(t))
+	for _, c := range t {
+		b = binary.AppendUvarint(b, uint64(c))
+	}
+	return b
+}
+
+func decodeTally(b []byte) (tally, error) {
+	var t tally
+	d := decoder{b: b}
+	for i := range t {
+		t[i] = d.int()
+	}
+	if d.bad || len(d.b) != 0 || t[0] != 0 {
+		return tally{}, errFacts
+	}
+	return t, nil
+}
+
 func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }

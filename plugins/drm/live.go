@@ -10,7 +10,7 @@ import (
 // factsVersion names the meaning of the cached facts; change it whenever
 // scan learns something new or differently, so that older files are
 // rebuilt.
-const factsVersion = "drm facts 1"
+const factsVersion = "drm facts 2"
 
 // newCache returns the plugin's discovery cache for a host.
 func newCache(stateDir string, h *sysfs.Host) *cache.Cache {
@@ -56,13 +56,37 @@ func (p *plugin) encoded(full, rescan bool) ([]byte, error) {
 		}
 		st = stamp
 	}
+	_, enc, err := p.scan(st, full)
+	return enc, err
+}
+
+// tally is INFO's summary of the facts, from the head of the cache file
+// while it is fresh, else scanned and cached.
+func (p *plugin) tally() (tally, error) {
+	b, st := p.cache.Summary()
+	if b != nil {
+		if t, err := decodeTally(b); err == nil {
+			return t, nil
+		}
+		st = p.cache.Begin() // a summary that does not decode: read the host
+	}
+	facts, _, err := p.scan(st, false)
+	if err != nil {
+		return tally{}, err
+	}
+	return tallyOf(facts), nil
+}
+
+// scan reads the facts from the host and caches them, with their tally,
+// under st, a stamp taken before.
+func (p *plugin) scan(st *cache.Stamp, full bool) ([]fact, []byte, error) {
 	facts, err := scan(p.host, full)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	enc := encodeFacts(facts, full)
-	_ = p.cache.Save(st, enc) // a cache that cannot be written only costs time
-	return enc, nil
+	_ = p.cache.Save(st, tallyOf(facts).encode(), enc) // a cache that cannot be written only costs time
+	return facts, enc, nil
 }
 
 // resolver returns the live check of a device about to be handed out:

@@ -34,6 +34,11 @@ type filter struct {
 	addrs   map[string]bool // nil for any (VFs then excluded)
 }
 
+// kindsOnly reports whether the filter picks devices by node kind alone
+// (no id whitelist, no pci_addresses), so that the cache's tally answers
+// INFO.
+func (f filter) kindsOnly() bool { return f.vendors == nil && f.devices == nil && f.addrs == nil }
+
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
 	spec, err := pool.Args(c.Config, &a)
@@ -116,8 +121,13 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 	return out, nil
 }
 
-// capacity answers INFO: the usable devices, counted from the facts.
+// capacity answers INFO: the usable devices. A config that filters by
+// node kind only reads them off the cache's tally; others count the facts.
 func (p *plugin) capacity(context.Context, *skel.Call) (int, error) {
+	if p.filter.kindsOnly() {
+		t, err := p.tally()
+		return t.usable(p.filter.wants), err
+	}
 	full := p.filter.vendors != nil || p.filter.devices != nil
 	enc, err := p.encoded(full, false)
 	if err != nil {

@@ -28,13 +28,15 @@ func buildFloors(work string) (floors, error) {
 	return f, nil
 }
 
-// goBuild builds pkg (a package path or module@version) into bin, with
-// the plugins' build flags.
+// goBuild builds pkg (a package path or module@version) with the plugins'
+// build flags and installs it as bin.
 func goBuild(bin, pkg string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, pkg)
+	linked := bin + ".linked"
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", linked, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 	}
-	return nil
+	defer os.Remove(linked)
+	return install(linked, bin)
 }

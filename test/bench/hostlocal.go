@@ -21,7 +21,8 @@ func buildHostLocal(work string) (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building host-local %s: %v\n%s", hostLocalVersion, err, out)
 	}
-	return filepath.Join(gobin, "host-local"), nil
+	bin := filepath.Join(work, "host-local")
+	return bin, install(filepath.Join(gobin, "host-local"), bin)
 }
 
 // hostLocalScenarios times host-local ADD (a fresh container id each run,

@@ -57,7 +57,7 @@ func run(o options) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	if o.bin, err = filepath.Abs(o.bin); err != nil {
+	if o.bin, err = installAll(o.bin, work, "drm", "generic-tty"); err != nil {
 		return err
 	}
 	fl, err := buildFloors(work)
