@@ -18,7 +18,7 @@ import (
 // resolution of node names all run inside the transaction, under the
 // store's lock, bounded by HoldLimit.
 func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
-	st, hold, work, done, err := p.lock(ctx, c)
+	st, hold, work, done, err := p.lock(ctx, c, store.Options{})
 	if err != nil {
 		return nil, err
 	}

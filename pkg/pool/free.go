@@ -10,24 +10,23 @@ import (
 	"github.com/cdi-exec/plugins/pkg/store"
 )
 
-// Del frees everything the request-id holds, in one transaction.
+// Del frees everything the request-id holds, in one transaction. A node
+// without a store (Options.Existing: none is made) holds nothing.
 func (p Pool) Del(ctx context.Context, c *skel.Call) error {
-	stored, err := p.stored(c)
-	if err != nil {
-		return err
-	}
-	if !stored {
+	st, hold, _, done, err := p.lock(ctx, c, store.Options{Existing: true})
+	if errors.Is(err, store.ErrNotExist) {
 		// No store, so no spec file is ours.
 		return protocol.NewError(protocol.CodeUnknownRequestID, "")
 	}
-	st, hold, _, done, err := p.lock(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer done()
 	var teardownErr error
 	err = st.Update(func(tx *store.Tx) error {
-		rec, err := tx.Get(c.RequestID)
+		// Delete returns the record it removed, so it is read once; the
+		// removal is committed after the teardown, as it always was.
+		rec, err := tx.Delete(c.RequestID)
 		if err != nil {
 			return err
 		}
@@ -35,8 +34,7 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 			return protocol.NewError(protocol.CodeUnknownRequestID, "")
 		}
 		teardownErr = p.teardown(hold, c, rec)
-		_, err = tx.Delete(c.RequestID)
-		return err
+		return nil
 	})
 	var e *protocol.Error
 	if err == nil || errors.As(err, &e) && e.Code == protocol.CodeUnknownRequestID {
@@ -53,14 +51,10 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 // left for the next GC and said so in the answer's errors.
 func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
 	res := &skel.GCResult{Freed: []string{}}
-	stored, err := p.stored(c)
-	if err != nil {
-		return nil, err
-	}
-	if !stored {
+	st, hold, _, done, err := p.lock(ctx, c, store.Options{Existing: true})
+	if errors.Is(err, store.ErrNotExist) {
 		return res, nil
 	}
-	st, hold, _, done, err := p.lock(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -112,15 +106,4 @@ func (p Pool) teardown(ctx context.Context, c *skel.Call, rec *store.Record) err
 		return nil
 	}
 	return p.Teardown(ctx, c, rec)
-}
-
-// stored reports whether the plugin's store file exists, after checking
-// its location as Open would (store.Probe). DEL and GC on a node without
-// one answer without creating it.
-func (p Pool) stored(c *skel.Call) (bool, error) {
-	ok, err := store.Probe(store.Path(c.Env.StateDir, p.Name))
-	if err != nil {
-		return false, storeError(err)
-	}
-	return ok, nil
 }

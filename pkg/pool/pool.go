@@ -194,7 +194,7 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 	if err != nil {
 		return nil, discoveryError(c, err)
 	}
-	st, err := p.open(c, true)
+	st, err := p.open(c, store.Options{ReadOnly: true})
 	if errors.Is(err, store.ErrNotExist) {
 		return devs, nil
 	}
@@ -214,11 +214,11 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 	return devs, nil
 }
 
-// lock opens the store for writing, which takes its lock, and bounds the
-// time the lock is held: hold ends at HoldLimit, work a quarter earlier.
-// done releases both contexts and closes the store.
-func (p Pool) lock(ctx context.Context, c *skel.Call) (st *store.Store, hold, work context.Context, done func(), err error) {
-	st, err = p.open(c, false)
+// lock opens the store for writing with opt, which takes its lock, and
+// bounds the time the lock is held: hold ends at HoldLimit, work a quarter
+// earlier. done releases both contexts and closes the store.
+func (p Pool) lock(ctx context.Context, c *skel.Call, opt store.Options) (st *store.Store, hold, work context.Context, done func(), err error) {
+	st, err = p.open(c, opt)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -232,9 +232,11 @@ func (p Pool) lock(ctx context.Context, c *skel.Call) (st *store.Store, hold, wo
 	return st, hold, work, func() { cancelWork(); cancelHold(); st.Close() }, nil
 }
 
-// open opens the plugin's store and maps failures to code 106.
-func (p Pool) open(c *skel.Call, readOnly bool) (*store.Store, error) {
-	st, err := store.Open(store.Path(c.Env.StateDir, p.Name), store.Options{Timeout: c.Env.LockTimeout, ReadOnly: readOnly})
+// open opens the plugin's store with opt and the call's lock timeout, and
+// maps failures to code 106 (wrapping the store's error).
+func (p Pool) open(c *skel.Call, opt store.Options) (*store.Store, error) {
+	opt.Timeout = c.Env.LockTimeout
+	st, err := store.Open(store.Path(c.Env.StateDir, p.Name), opt)
 	if err != nil {
 		return nil, storeError(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
@@ -42,38 +41,27 @@ var (
 	keySchema      = []byte("schema")
 	keyDigest      = []byte("digest")
 	keyID          = []byte("id")
-	// crcTable is CRC-64/ECMA's byte table, built on first use (2 KiB).
-	// crc64.MakeTable would build the slicing-by-8 tables of two
-	// polynomials (32 KiB) whatever the input, which costs a process
-	// that checksums a few hundred bytes more than the checksums do.
-	crcTable = sync.OnceValue(func() *[256]uint64 {
-		var t [256]uint64
-		for i := range t {
-			c := uint64(i)
-			for range 8 {
-				if c&1 == 1 {
-					c = c>>1 ^ ecma
-				} else {
-					c >>= 1
-				}
-			}
-			t[i] = c
-		}
-		return &t
-	})
 )
 
-// ecma is crc64.ECMA, reversed. Importing hash/crc64 for it would build
-// that package's tables at start-up in every process.
-const ecma = 0xC96C5795D7870F42
+//go:generate go run gencrc.go
 
-// crcUpdate is crc64.Update(crc, crc64.MakeTable(crc64.ECMA), p), a byte at
-// a time: entries are short.
+// crcUpdate is crc64.Update(crc, crc64.MakeTable(crc64.ECMA), p), eight
+// bytes at a time (slicing-by-8). Its tables are built when the binary is
+// (crctable.go), not at run time: hash/crc64 builds them, for two
+// polynomials (32 KiB), in every process that checksums anything, and even
+// the byte table alone costs a process that checksums a store more than
+// reading the 16 KiB of a static one.
 func crcUpdate(crc uint64, p []byte) uint64 {
-	t := crcTable()
+	t := &crcTables
 	crc = ^crc
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint64(p)
+		crc = t[7][crc&0xff] ^ t[6][crc>>8&0xff] ^ t[5][crc>>16&0xff] ^ t[4][crc>>24&0xff] ^
+			t[3][crc>>32&0xff] ^ t[2][crc>>40&0xff] ^ t[1][crc>>48&0xff] ^ t[0][crc>>56]
+		p = p[8:]
+	}
 	for _, b := range p {
-		crc = t[byte(crc)^b] ^ crc>>8
+		crc = t[0][byte(crc)^b] ^ crc>>8
 	}
 	return ^crc
 }
@@ -183,12 +171,18 @@ func load(tx *bolt.Tx, report reporter) (*view, error) {
 		report(0, "the requests or devices bucket is missing")
 		return v, nil
 	}
+	want, ok := decodeDigest(meta.Get(keyDigest))
+	if ok {
+		// Sized for what the digest says the buckets hold, so that the
+		// maps are not grown (and rehashed) entry by entry.
+		v.recs = make(map[string][]byte, sizeHint(want[0].n))
+		v.devs = make(map[string]string, sizeHint(want[1].n))
+	}
 	loadBucket(req, tagRequests, s, &v.tally[0], report, func(k string, p []byte) { v.recs[k] = p })
 	loadBucket(dev, tagDevices, s, &v.tally[1], report, func(k string, p []byte) { v.devs[k] = string(p) })
 	if s == 1 {
 		return v, nil // no digest before schema 2
 	}
-	want, ok := decodeDigest(meta.Get(keyDigest))
 	if !ok {
 		report(0, "the digest is missing or fails its checksum")
 		return v, nil
@@ -200,6 +194,10 @@ func load(tx *bolt.Tx, report reporter) (*view, error) {
 	}
 	return v, nil
 }
+
+// sizeHint is the size to reserve for n entries counted by a digest,
+// bounded so that a forged digest cannot make a process reserve much.
+func sizeHint(n uint64) int { return int(min(n, 1<<16)) }
 
 // loadBucket reads one bucket in key order, checking the order and each
 // entry's checksum (schema 2), and passes each good entry to put.

@@ -30,6 +30,7 @@ const staleAge = 5 * time.Minute
 type dir struct {
 	fd   int
 	path string
+	euid uint32 // the effective user, who must own the directory and the store
 }
 
 // openDir opens the state directory of path and checks it. With create, a
@@ -39,15 +40,19 @@ func openDir(path string, create bool) (*dir, error) {
 		return nil, fmt.Errorf("%s: %w: the store path must be absolute, not relative to the working directory", path, ErrUnsafe)
 	}
 	name := filepath.Dir(path)
-	if create {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Open(name, flags, 0)
+	if err == unix.ENOENT && create {
+		// Only a missing directory is made: one that is there is opened
+		// at once, without a stat of its parent and a mkdir.
 		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 			return nil, fmt.Errorf("creating state directory: %w", err)
 		}
 		if err := unix.Mkdir(name, 0o700); err != nil && err != unix.EEXIST {
 			return nil, fmt.Errorf("creating state directory: %w", &os.PathError{Op: "mkdir", Path: name, Err: err})
 		}
+		fd, err = unix.Open(name, flags, 0)
 	}
-	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	switch {
 	case err == unix.ENOENT:
 		return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
@@ -59,13 +64,13 @@ func openDir(path string, create bool) (*dir, error) {
 	case err != nil:
 		return nil, fmt.Errorf("opening state directory: %w", &os.PathError{Op: "open", Path: name, Err: err})
 	}
-	d := &dir{fd: fd, path: name}
+	d := &dir{fd: fd, path: name, euid: uint32(os.Geteuid())}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		d.close()
 		return nil, &os.PathError{Op: "fstat", Path: name, Err: err}
 	}
-	if err := checkOwner(name, &st, "0700"); err != nil {
+	if err := checkOwner(name, &st, "0700", d.euid); err != nil {
 		d.close()
 		return nil, err
 	}
@@ -80,10 +85,10 @@ func refuse(name, what, fix string) error {
 	return fmt.Errorf("%s %s: %w; %s", name, what, ErrUnsafe, fix)
 }
 
-// checkOwner refuses a file or directory that another user owns or that
-// the group or others may write.
-func checkOwner(name string, st *unix.Stat_t, mode string) error {
-	if euid := uint32(os.Geteuid()); st.Uid != euid {
+// checkOwner refuses a file or directory that another user than euid owns
+// or that the group or others may write.
+func checkOwner(name string, st *unix.Stat_t, mode string, euid uint32) error {
+	if st.Uid != euid {
 		return refuse(name, fmt.Sprintf("is owned by uid %d, not by uid %d that runs the plugin", st.Uid, euid),
 			fmt.Sprintf("chown %d %s, or point CDI_STATE_DIR at a directory of that user", euid, name))
 	}
@@ -105,11 +110,11 @@ func (d *dir) stat(base string) (unix.Stat_t, bool, error) {
 	if err != nil {
 		return st, false, &os.PathError{Op: "stat", Path: filepath.Join(d.path, base), Err: err}
 	}
-	return st, true, checkFile(filepath.Join(d.path, base), &st)
+	return st, true, checkFile(filepath.Join(d.path, base), &st, d.euid)
 }
 
-// checkFile refuses anything but a non-empty regular file of ours.
-func checkFile(name string, st *unix.Stat_t) error {
+// checkFile refuses anything but a non-empty regular file of euid's.
+func checkFile(name string, st *unix.Stat_t, euid uint32) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 	case unix.S_IFLNK:
@@ -117,7 +122,7 @@ func checkFile(name string, st *unix.Stat_t) error {
 	default:
 		return fmt.Errorf("%s is not a regular file: %w", name, ErrCorrupt)
 	}
-	if err := checkOwner(name, st, "0600"); err != nil {
+	if err := checkOwner(name, st, "0600", euid); err != nil {
 		return err
 	}
 	if st.Size == 0 {
@@ -128,49 +133,49 @@ func checkFile(name string, st *unix.Stat_t) error {
 	return nil
 }
 
-// openFile is the bbolt OpenFile hook: it opens the checked store file
-// relative to the directory, never creating it and never following a link,
-// and checks the file it got, so that what bbolt reads and locks is the
-// file that was checked. It takes the file lock itself, bounded by
-// timeout, and checks the page structure under it (checkPages) before
-// bbolt reads a page; bbolt's own lock on the same open file then succeeds
-// at once.
-func (d *dir) openFile(base string, timeout time.Duration) func(string, int, os.FileMode) (*os.File, error) {
-	return func(name string, flag int, _ os.FileMode) (*os.File, error) {
-		flag = flag&^os.O_CREATE | unix.O_NOFOLLOW | unix.O_CLOEXEC
-		fd, err := unix.Openat(d.fd, base, flag, 0)
-		switch {
-		case err == unix.ELOOP:
-			return nil, refuse(name, "is a symbolic link", "a store is never a link; remove the link")
-		case err == unix.ENOENT:
-			return nil, fmt.Errorf("%s: %w", name, ErrNotExist)
-		case err != nil:
-			return nil, &os.PathError{Op: "open", Path: name, Err: err}
-		}
-		f := os.NewFile(uintptr(fd), name)
-		if err := lockAndCheck(f, flag&(os.O_RDWR|os.O_WRONLY) != 0, timeout); err != nil {
-			f.Close()
-			return nil, err
-		}
-		return f, nil
-	}
+// opener is the bbolt OpenFile hook of one Open: it opens the checked
+// store file relative to the directory, never creating it and never
+// following a link, locks it itself, bounded by timeout, and checks the
+// file it got under the lock, so that what bbolt reads and locks is the
+// file that was checked; bbolt's own lock on the same open file then
+// succeeds at once. It checks what bbolt.Open will read of the file
+// (precheck) and leaves the walk of the page graph to Open when it can
+// (pending).
+type opener struct {
+	dir     *dir
+	base    string
+	timeout time.Duration
+	pending bool  // the page graph is still to be checked
+	size    int64 // the file's size under the lock
 }
 
-// lockAndCheck checks the opened store file, locks it (exclusively for
-// writing) within timeout, and checks its pages.
-func lockAndCheck(f *os.File, exclusive bool, timeout time.Duration) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+func (o *opener) open(name string, flag int, _ os.FileMode) (*os.File, error) {
+	flag = flag&^os.O_CREATE | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(o.dir.fd, o.base, flag, 0)
+	switch {
+	case err == unix.ELOOP:
+		return nil, refuse(name, "is a symbolic link", "a store is never a link; remove the link")
+	case err == unix.ENOENT:
+		return nil, fmt.Errorf("%s: %w", name, ErrNotExist)
+	case err != nil:
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
 	}
-	if err := checkFile(f.Name(), &st); err != nil {
-		return err
+	f := os.NewFile(uintptr(fd), name)
+	if err := o.lockAndCheck(f, flag&(os.O_RDWR|os.O_WRONLY) != 0); err != nil {
+		f.Close()
+		return nil, err
 	}
+	return f, nil
+}
+
+// lockAndCheck locks the opened store file (exclusively for writing)
+// within the timeout, checks it, and checks what bbolt.Open will read.
+func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 	how := unix.LOCK_SH
 	if exclusive {
 		how = unix.LOCK_EX
 	}
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(o.timeout)
 	for {
 		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
@@ -180,18 +185,23 @@ func lockAndCheck(f *os.File, exclusive bool, timeout time.Duration) error {
 			return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %w (waited %v for its lock)", f.Name(), ErrBusy, timeout)
+			return fmt.Errorf("%s: %w (waited %v for its lock)", f.Name(), ErrBusy, o.timeout)
 		}
 		time.Sleep(lockRetry)
 	}
-	// The size may have changed while we waited.
+	// Checked once, under the lock: the file is the one opened, and its
+	// size cannot change while the lock is held.
+	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
 	}
-	if err := checkFile(f.Name(), &st); err != nil {
+	if err := checkFile(f.Name(), &st, o.dir.euid); err != nil {
 		return err
 	}
-	return checkPages(f, st.Size)
+	o.size = st.Size
+	var err error
+	o.pending, err = precheck(f, st.Size)
+	return err
 }
 
 // lockRetry is the pause between attempts to take the file lock.
@@ -201,20 +211,17 @@ const lockRetry = 20 * time.Millisecond
 func tempPrefix(base string) string { return base + ".new-" }
 
 // sweep removes temporary store files that a killed process left behind:
-// ours by name, regular files of ours, and older than staleAge.
+// ours by name, regular files of ours, and older than staleAge. It reads
+// the directory through d.fd, which is used for nothing else that depends
+// on its offset.
 func (d *dir) sweep(base string) {
-	fd, err := unix.Dup(d.fd) // a descriptor of its own to read to the end
-	if err != nil {
-		return
-	}
 	var stale []string
 	prefix := []byte(tempPrefix(base))
-	_ = dirent.ListFD(fd, d.path, func(name []byte, _ uint64, _ uint8) {
+	_ = dirent.ListFD(d.fd, d.path, func(name []byte, _ uint64, _ uint8) {
 		if bytes.HasPrefix(name, prefix) {
 			stale = append(stale, string(name))
 		}
 	})
-	unix.Close(fd)
 	if len(stale) == 0 {
 		return
 	}
@@ -222,7 +229,7 @@ func (d *dir) sweep(base string) {
 	for _, name := range stale {
 		var st unix.Stat_t
 		if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
-			st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Mtim.Sec > cutoff {
+			st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != d.euid || st.Mtim.Sec > cutoff {
 			continue
 		}
 		_ = unix.Unlinkat(d.fd, name, 0)

@@ -7,18 +7,34 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"unsafe"
 
+	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
 
 // bbolt trusts the pages it reads. A damaged page that points at itself, at
 // a page past the end of the file or into the middle of another page can
 // make it loop forever, overflow its stack (fatal in Go, not a panic) or
-// fault outside the main goroutine. checkPages therefore walks the page
-// graph of a store file itself, with plain reads, before bbolt sees the
-// file: the meta page bbolt will pick, every page reachable from its root,
-// and the freelist. It runs under the file lock, so no writer is changing
-// the file meanwhile, and costs one read of the file.
+// fault outside the main goroutine. The page graph of a store file is
+// therefore walked here, under the file lock and before bbolt follows a
+// page: the meta page bbolt will use, every page reachable from its root,
+// and the freelist.
+//
+// bbolt.Open follows no page: it validates the two meta pages (magic,
+// version, checksum) and, for writing, reads the freelist page the meta
+// page names, in the calling goroutine, where Open's guard turns a fault
+// or a panic into ErrCorrupt. precheck, in the OpenFile hook, checks
+// those reads first: a valid meta page, and a freelist page within the
+// file whose entries fit it (else bbolt would allocate as many ids as a
+// damaged count says). The walk then runs on bbolt's own mapping, right
+// after bbolt.Open and before the first transaction (checkMapped). Only a
+// meta page that records no freelist (bbolt's NoFreelistSync, which this
+// package never uses) makes bbolt.Open walk every page itself, in a
+// goroutine of its own; that file is walked in the hook, on a mapping of
+// its own (checkPages). Either way the walk is one pass over the file's
+// live pages, which the transaction's full read of the store touches
+// anyway.
 //
 // The layout is bbolt's (go.etcd.io/bbolt, file format version 2), in the
 // machine's byte order.
@@ -83,8 +99,9 @@ func (pf *pageFile) read(off, n uint64) ([]byte, error) {
 	return b, nil
 }
 
-// checkPages verifies the page structure of the store file f. Its errors
-// wrap ErrCorrupt, except for read errors.
+// checkPages verifies the page structure of the store file f, reading it
+// through a mapping of its own. Its errors wrap ErrCorrupt, except for
+// read errors.
 func checkPages(f *os.File, size int64) error {
 	pf := &pageFile{f: f, size: uint64(size)}
 	if size <= maxReadAll {
@@ -100,12 +117,93 @@ func checkPages(f *os.File, size int64) error {
 		defer unix.Munmap(all)
 		pf.all = all
 	}
+	return pf.check(f.Name())
+}
+
+// precheck checks, with plain reads, what bbolt.Open reads of the store
+// file f: the meta page it will use and the header of the freelist page.
+// It reports whether the walk of the page graph is still to be done
+// (checkMapped); for a file without a freelist it walks it at once. Its
+// errors wrap ErrCorrupt, except for read errors.
+func precheck(f *os.File, size int64) (pending bool, err error) {
+	pf := &pageFile{f: f, size: uint64(size)}
+	m, err := pf.meta()
+	if err == nil && m.freelist == noFreelist {
+		return false, checkPages(f, size)
+	}
+	if err == nil {
+		err = pf.freelistFits(m)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: %w: %v", f.Name(), ErrCorrupt, err)
+	}
+	return true, nil
+}
+
+// freelistFits checks the header of m's freelist page: it lies within the
+// file, is the freelist, and its entries fit its pages.
+func (pf *pageFile) freelistFits(m meta) error {
+	if m.high < 2 || m.high > pf.size/m.pageSize {
+		return fmt.Errorf("the meta page claims %d pages, the file holds %d", m.high, pf.size/m.pageSize)
+	}
+	if m.freelist < 2 || m.freelist >= m.high {
+		return fmt.Errorf("freelist page id %d is outside 2..%d", m.freelist, m.high-1)
+	}
+	hdr, err := pf.read(m.freelist*m.pageSize, pageHeaderSize+8)
+	if err != nil {
+		return err
+	}
+	if native.Uint64(hdr) != m.freelist {
+		return fmt.Errorf("page %d says it is page %d", m.freelist, native.Uint64(hdr))
+	}
+	overflow := uint64(native.Uint32(hdr[12:]))
+	if overflow >= m.high-m.freelist {
+		return fmt.Errorf("page %d overflows past the last page", m.freelist)
+	}
+	_, _, err = freelistCount(m.freelist, hdr, (overflow+1)*m.pageSize)
+	return err
+}
+
+// freelistCount reads the entry count of freelist page id from its first
+// bytes p (at least the header and 8 bytes) and checks that the entries
+// fit the page's n bytes. It returns the count and the offset of the
+// first entry.
+func freelistCount(id uint64, p []byte, n uint64) (count, at uint64, err error) {
+	if native.Uint16(p[8:]) != freelistFlag {
+		return 0, 0, fmt.Errorf("page %d is not the freelist", id)
+	}
+	count, at = uint64(native.Uint16(p[10:])), uint64(pageHeaderSize)
+	if count == 0xFFFF {
+		count, at = native.Uint64(p[pageHeaderSize:]), at+8
+	}
+	if count > (n-at)/8 {
+		return 0, 0, fmt.Errorf("the freelist's %d entries do not fit its page", count)
+	}
+	return count, at, nil
+}
+
+// checkMapped verifies the page structure of db's file, size bytes under
+// the lock, through bbolt's own mapping, which covers at least the whole
+// file. It runs before db's first transaction; a fault past a truncated
+// end is turned into ErrCorrupt by Open's guard.
+func checkMapped(db *bolt.DB, size int64) error {
+	info := db.Info()
+	// The mapping is memory bbolt got from mmap, never Go's heap; Info is
+	// bbolt's way of handing it out.
+	data := *(**byte)(unsafe.Pointer(&info.Data))
+	pf := &pageFile{size: uint64(size), all: unsafe.Slice(data, size)}
+	return pf.check(db.Path())
+}
+
+// check walks the page graph of the meta page bbolt will use; name is for
+// errors.
+func (pf *pageFile) check(name string) error {
 	m, err := pf.meta()
 	if err == nil {
 		err = pf.walk(m)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w: %v", f.Name(), ErrCorrupt, err)
+		return fmt.Errorf("%s: %w: %v", name, ErrCorrupt, err)
 	}
 	return nil
 }
@@ -150,14 +248,23 @@ func (pf *pageFile) meta() (meta, error) {
 type walker struct {
 	pf   *pageFile
 	m    meta
-	seen map[uint64]bool
+	seen bits // pages in use
 }
+
+// bits is a set of page ids, one bit each.
+type bits []uint64
+
+func newBits(n uint64) bits      { return make(bits, (n+63)/64) }
+func (b bits) has(i uint64) bool { return b[i/64]&(1<<(i%64)) != 0 }
+func (b bits) set(i uint64)      { b[i/64] |= 1 << (i % 64) }
 
 func (pf *pageFile) walk(m meta) error {
 	if m.high < 2 || m.high > pf.size/m.pageSize {
 		return fmt.Errorf("the meta page claims %d pages, the file holds %d", m.high, pf.size/m.pageSize)
 	}
-	w := &walker{pf: pf, m: m, seen: map[uint64]bool{0: true, 1: true}}
+	w := &walker{pf: pf, m: m, seen: newBits(m.high)}
+	w.seen.set(0)
+	w.seen.set(1)
 	if err := w.page(m.root, 0, keyRange{}); err != nil {
 		return err
 	}
@@ -184,26 +291,27 @@ func (w *walker) page(id uint64, depth int, r keyRange) error {
 	if id < 2 || id >= w.m.high {
 		return fmt.Errorf("page id %d is outside 2..%d", id, w.m.high-1)
 	}
-	if w.seen[id] || depth > 64 {
+	if w.seen.has(id) || depth > 64 {
 		return fmt.Errorf("page %d is reached twice", id)
 	}
 	p, err := w.span(id)
 	if err != nil {
 		return err
 	}
-	els, err := elements(id, p, r)
+	n, err := elements(id, p, r)
 	if err != nil {
 		return err
 	}
 	switch native.Uint16(p[8:]) {
 	case branchFlag:
-		if len(els) == 0 {
+		if n == 0 {
 			return fmt.Errorf("branch page %d has no elements", id)
 		}
-		for i, el := range els {
+		for i := range n {
+			el := elementAt(p, i)
 			sub := keyRange{el.key, r.hi}
-			if i+1 < len(els) {
-				sub.hi = els[i+1].key
+			if i+1 < n {
+				sub.hi = elementAt(p, i+1).key
 			}
 			if err := w.page(native.Uint64(el.e[8:]), depth+1, sub); err != nil {
 				return err
@@ -211,8 +319,8 @@ func (w *walker) page(id uint64, depth int, r keyRange) error {
 		}
 		return nil
 	case leafFlag:
-		for _, el := range els {
-			if native.Uint32(el.e)&bucketFlag != 0 {
+		for i := range n {
+			if el := elementAt(p, i); native.Uint32(el.e)&bucketFlag != 0 {
 				if err := w.bucket(id, el.value, depth); err != nil {
 					return err
 				}
@@ -238,10 +346,10 @@ func (w *walker) span(id uint64) ([]byte, error) {
 		return nil, fmt.Errorf("page %d overflows past the last page", id)
 	}
 	for i := id; i <= id+overflow; i++ {
-		if w.seen[i] {
+		if w.seen.has(i) {
 			return nil, fmt.Errorf("page %d is reached twice", i)
 		}
-		w.seen[i] = true
+		w.seen.set(i)
 	}
 	return w.pf.read(id*w.m.pageSize, (overflow+1)*w.m.pageSize)
 }
@@ -250,36 +358,48 @@ func (w *walker) span(id uint64) ([]byte, error) {
 // its key, and on a leaf page its value.
 type element struct{ e, key, value []byte }
 
-// elements returns the elements of page p (id for messages), checking that
-// they, their keys and their values lie within the page and that the keys
-// ascend within r.
-func elements(id uint64, p []byte, r keyRange) ([]element, error) {
+// elements checks the elements of page p (id for messages): that they,
+// their keys and their values lie within the page and that the keys
+// ascend within r. It returns their number; elementAt then reads them.
+func elements(id uint64, p []byte, r keyRange) (uint64, error) {
 	count := uint64(native.Uint16(p[10:]))
 	if pageHeaderSize+count*elementSize > uint64(len(p)) {
-		return nil, fmt.Errorf("page %d: %d elements do not fit", id, count)
+		return 0, fmt.Errorf("page %d: %d elements do not fit", id, count)
 	}
 	leaf := native.Uint16(p[8:]) == leafFlag
-	out := make([]element, count)
+	var prev []byte
 	for i := range count {
 		at := pageHeaderSize + i*elementSize
-		// A branch element is pos, ksize, page id; a leaf element flags,
-		// pos, ksize, vsize. pos counts from the element.
-		e := p[at : at+elementSize]
-		start := at + uint64(native.Uint32(e))
-		ksize, vsize := uint64(native.Uint32(e[4:])), uint64(0)
-		if leaf {
-			start = at + uint64(native.Uint32(e[4:]))
-			ksize, vsize = uint64(native.Uint32(e[8:])), uint64(native.Uint32(e[12:]))
-		}
+		start, ksize, vsize := elementSpan(p[at:at+elementSize], at, leaf)
 		if start > uint64(len(p)) || ksize+vsize > uint64(len(p))-start {
-			return nil, fmt.Errorf("page %d: element %d points past the page", id, i)
+			return 0, fmt.Errorf("page %d: element %d points past the page", id, i)
 		}
-		out[i] = element{e, p[start : start+ksize], p[start+ksize : start+ksize+vsize]}
-		if !r.holds(out[i].key) || i > 0 && bytes.Compare(out[i-1].key, out[i].key) >= 0 {
-			return nil, fmt.Errorf("page %d: key %d is out of order", id, i)
+		key := p[start : start+ksize]
+		if !r.holds(key) || i > 0 && bytes.Compare(prev, key) >= 0 {
+			return 0, fmt.Errorf("page %d: key %d is out of order", id, i)
 		}
+		prev = key
 	}
-	return out, nil
+	return count, nil
+}
+
+// elementSpan decodes element e, at offset at of its page: where its key
+// starts, the key's size and the value's. A branch element is pos, ksize,
+// page id; a leaf element flags, pos, ksize, vsize. pos counts from the
+// element.
+func elementSpan(e []byte, at uint64, leaf bool) (start, ksize, vsize uint64) {
+	if leaf {
+		return at + uint64(native.Uint32(e[4:])), uint64(native.Uint32(e[8:])), uint64(native.Uint32(e[12:]))
+	}
+	return at + uint64(native.Uint32(e)), uint64(native.Uint32(e[4:])), 0
+}
+
+// elementAt returns element i of page p, which elements has checked.
+func elementAt(p []byte, i uint64) element {
+	at := pageHeaderSize + i*elementSize
+	e := p[at : at+elementSize]
+	start, ksize, vsize := elementSpan(e, at, native.Uint16(p[8:]) == leafFlag)
+	return element{e, p[start : start+ksize], p[start+ksize : start+ksize+vsize]}
 }
 
 // bucket checks the bucket whose value v a leaf of page id holds: an
@@ -295,12 +415,12 @@ func (w *walker) bucket(id uint64, v []byte, depth int) error {
 	if len(inline) < pageHeaderSize || native.Uint16(inline[8:]) != leafFlag {
 		return fmt.Errorf("page %d: an inline bucket is not a leaf page", id)
 	}
-	els, err := elements(id, inline, keyRange{})
+	n, err := elements(id, inline, keyRange{})
 	if err != nil {
 		return err
 	}
-	for _, el := range els {
-		if native.Uint32(el.e)&bucketFlag != 0 {
+	for i := range n {
+		if native.Uint32(elementAt(inline, i).e)&bucketFlag != 0 {
 			return fmt.Errorf("page %d: an inline bucket holds a bucket", id)
 		}
 	}
@@ -315,35 +435,29 @@ func (w *walker) freelist() error {
 	if id < 2 || id >= w.m.high {
 		return fmt.Errorf("freelist page id %d is outside 2..%d", id, w.m.high-1)
 	}
-	if w.seen[id] {
+	if w.seen.has(id) {
 		return fmt.Errorf("the freelist page %d is in use", id)
 	}
 	p, err := w.span(id)
 	if err != nil {
 		return err
 	}
-	if native.Uint16(p[8:]) != freelistFlag {
-		return fmt.Errorf("page %d is not the freelist", id)
+	count, at, err := freelistCount(id, p, uint64(len(p)))
+	if err != nil {
+		return err
 	}
-	count, at := uint64(native.Uint16(p[10:])), uint64(pageHeaderSize)
-	if count == 0xFFFF {
-		count, at = native.Uint64(p[pageHeaderSize:]), at+8
-	}
-	if count > (uint64(len(p))-at)/8 {
-		return fmt.Errorf("the freelist's %d entries do not fit its page", count)
-	}
-	listed := map[uint64]bool{}
+	listed := newBits(w.m.high)
 	for i := range count {
 		free := native.Uint64(p[at+8*i:])
 		switch {
 		case free < 2 || free >= w.m.high:
 			return fmt.Errorf("the freelist lists page %d, outside 2..%d", free, w.m.high-1)
-		case w.seen[free]:
+		case w.seen.has(free):
 			return fmt.Errorf("the freelist lists page %d, which is in use", free)
-		case listed[free]:
+		case listed.has(free):
 			return fmt.Errorf("the freelist lists page %d twice", free)
 		}
-		listed[free] = true
+		listed.set(free)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"hash/crc64"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -75,11 +76,29 @@ func FuzzRecordCodec(f *testing.F) {
 	})
 }
 
-// FuzzCRC: the byte-at-a-time CRC is crc64's CRC-64/ECMA, in one piece or
-// in two.
+// TestCRC compares crcUpdate with crc64's CRC-64/ECMA on inputs of every
+// length up to 80 and random bytes, enough to read every entry of every
+// slicing table (crctable.go) many times over, in one piece and in two.
+func TestCRC(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	table := crc64.MakeTable(crc64.ECMA)
+	for i := range 20000 {
+		b := make([]byte, i%81)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		cut := rng.IntN(len(b) + 1)
+		if got, want := crcUpdate(crcUpdate(0, b[:cut]), b[cut:]), crc64.Checksum(b, table); got != want {
+			t.Fatalf("crcUpdate(%x) cut at %d = %#x, want %#x", b, cut, got, want)
+		}
+	}
+}
+
+// FuzzCRC: the CRC is crc64's CRC-64/ECMA, in one piece or in two.
 func FuzzCRC(f *testing.F) {
 	f.Add([]byte("123456789"), 3)
 	f.Add([]byte{}, 0)
+	f.Add([]byte("a record of more than sixteen bytes, read eight at a time"), 11)
 	f.Fuzz(func(t *testing.T, b []byte, cut int) {
 		table := crc64.MakeTable(crc64.ECMA)
 		if got, want := crcUpdate(0, b), crc64.Checksum(b, table); got != want {

@@ -109,6 +109,11 @@ type Options struct {
 	Timeout time.Duration
 	// ReadOnly opens with a shared lock and never creates the file.
 	ReadOnly bool
+	// Existing opens for writing a store that is already there: neither
+	// the file nor its directory is created, and a missing one is
+	// ErrNotExist. DEL and GC, which have nothing to free without a
+	// store, open this way.
+	Existing bool
 }
 
 // Store is an open allocation store.
@@ -123,16 +128,17 @@ func Path(stateDir, plugin string) string {
 }
 
 // Open opens the store at path, an absolute path, creating its directory
-// 0700 and the file 0600 unless opt.ReadOnly. Neither may be a symbolic
-// link, belong to another user or be writable by others (ErrUnsafe). An
-// empty file is damage (ErrCorrupt), never initialised. A write open also
-// removes stale temporary files that killed processes left beside the
-// store.
+// 0700 and the file 0600 unless opt.ReadOnly or opt.Existing. Neither may
+// be a symbolic link, belong to another user or be writable by others
+// (ErrUnsafe). An empty file is damage (ErrCorrupt), never initialised. A
+// write open also removes stale temporary files that killed processes left
+// beside the store. The file's page graph is checked before the store is
+// returned (checkPages).
 func Open(path string, opt Options) (s *Store, err error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 10 * time.Second
 	}
-	d, err := openDir(path, !opt.ReadOnly)
+	d, err := openDir(path, !opt.ReadOnly && !opt.Existing)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +148,7 @@ func Open(path string, opt Options) (s *Store, err error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case !exists && opt.ReadOnly:
+	case !exists && (opt.ReadOnly || opt.Existing):
 		return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
 	case !opt.ReadOnly:
 		d.sweep(base)
@@ -154,14 +160,21 @@ func Open(path string, opt Options) (s *Store, err error) {
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer guard(path, &err)
+	o := &opener{dir: d, base: base, timeout: opt.Timeout}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      opt.Timeout,
 		ReadOnly:     opt.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
-		OpenFile:     d.openFile(base, opt.Timeout),
+		OpenFile:     o.open,
 	})
 	if err != nil {
 		return nil, openError(path, opt, err)
+	}
+	if o.pending {
+		if err := checkMapped(db, o.size); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	return &Store{db: db, path: path}, nil
 }

@@ -106,10 +106,45 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 	}
 }
 
-func TestReadOnlyMissing(t *testing.T) {
-	_, err := Open(Path(t.TempDir(), "x"), Options{ReadOnly: true})
-	if !errors.Is(err, ErrNotExist) {
-		t.Fatalf("err = %v", err)
+// Read-only and Existing opens of a missing store are ErrNotExist and
+// make neither the file nor its directory.
+func TestOpenMissing(t *testing.T) {
+	for _, opt := range []Options{{ReadOnly: true}, {Existing: true}} {
+		dir := filepath.Join(t.TempDir(), "state")
+		for _, path := range []string{Path(dir, "x"), Path(t.TempDir(), "x")} {
+			_, err := Open(path, opt)
+			if !errors.Is(err, ErrNotExist) {
+				t.Fatalf("%+v: err = %v, want ErrNotExist", opt, err)
+			}
+			if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%+v: %s was made", opt, path)
+			}
+		}
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%+v: %s was made", opt, dir)
+		}
+	}
+}
+
+// An Existing open of a store that is there writes to it.
+func TestOpenExisting(t *testing.T) {
+	path := Path(t.TempDir(), "x")
+	open(t, path).Close()
+	s, err := Open(path, Options{Existing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(func(tx *Tx) error { return tx.Put(rec("a", "k")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.View(func(tx *Tx) error {
+		if h := tx.Holder("k"); h != "a" {
+			return fmt.Errorf("holder of k = %q, want a", h)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
