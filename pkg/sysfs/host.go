@@ -87,26 +87,60 @@ func ReadAttr(p string) (string, error) {
 	return trim(b), nil
 }
 
-// DevName returns the DEVNAME of a sysfs device directory from its uevent
-// file, relative to /dev (for example "dri/card0"). It returns "" when the
-// uevent file has no DEVNAME.
-func DevName(sysDir string) (string, error) {
-	b, err := readFile(filepath.Join(sysDir, "uevent"))
-	if err != nil {
-		return "", err
-	}
-	return parseDevName(b)
+// Uevent is what a sysfs device directory's uevent file says of its node.
+type Uevent struct {
+	DevName string // relative to /dev (for example "dri/card0"); "" when absent
+	Dev     string // "MAJOR:MINOR" as in the dev attribute; "" when absent
 }
 
-// parseDevName finds DEVNAME in the contents of a uevent file.
-func parseDevName(b []byte) (string, error) {
+// ReadUevent reads the uevent file of a sysfs device directory.
+func ReadUevent(sysDir string) (Uevent, error) {
+	b, err := readFile(filepath.Join(sysDir, "uevent"))
+	if err != nil {
+		return Uevent{}, err
+	}
+	return parseUevent(b)
+}
+
+// parseUevent finds DEVNAME, MAJOR and MINOR in the contents of a uevent
+// file. A DEVNAME that would leave /dev is an error; numbers that are not
+// decimal are left out.
+func parseUevent(b []byte) (Uevent, error) {
+	var u Uevent
+	var major, minor string
+	named := false
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "DEVNAME="); ok {
-			v = strings.TrimRight(v, "\n")
-			return v, validDevName(v)
+		key, v, _ := strings.Cut(strings.TrimRight(line, "\n"), "=")
+		switch {
+		case key == "DEVNAME" && !named:
+			if err := validDevName(v); err != nil {
+				return Uevent{}, err
+			}
+			u.DevName, named = v, true
+		case key == "MAJOR":
+			major = v
+		case key == "MINOR":
+			minor = v
 		}
 	}
-	return "", nil
+	if decimal(major) && decimal(minor) {
+		u.Dev = major + ":" + minor
+	}
+	return u, nil
+}
+
+// decimal reports whether s is a plain decimal number, as the kernel
+// writes device numbers.
+func decimal(s string) bool {
+	if s == "" || len(s) > 10 || s[0] == '0' && len(s) > 1 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // validDevName refuses names that would leave /dev.
@@ -152,6 +186,12 @@ func isChar(p string) bool {
 // sysDir. Anything else (a dangling or live symbolic link, a regular file,
 // another device planted under the name) is an error saying what it is.
 func (h *Host) CheckNode(devname, sysDir string) error {
+	return h.checkNode(devname, sysDir, "")
+}
+
+// checkNode is CheckNode with the device number sysfs gives, when the
+// caller has it already ("" reads the dev attribute).
+func (h *Host) checkNode(devname, sysDir, want string) error {
 	var st unix.Stat_t
 	p := h.Dev(devname)
 	if err := unix.Lstat(p, &st); err != nil {
@@ -160,9 +200,11 @@ func (h *Host) CheckNode(devname, sysDir string) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
 		return fmt.Errorf("/dev/%s is not a character device (mode %#o)", devname, st.Mode&unix.S_IFMT)
 	}
-	want, err := ReadAttr(filepath.Join(sysDir, "dev"))
-	if err != nil {
-		return err
+	if want == "" {
+		var err error
+		if want, err = ReadAttr(filepath.Join(sysDir, "dev")); err != nil {
+			return err
+		}
 	}
 	if got := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)); got != want {
 		return fmt.Errorf("/dev/%s is device %s, but sysfs says %s", devname, got, want)
@@ -171,19 +213,22 @@ func (h *Host) CheckNode(devname, sysDir string) error {
 }
 
 // ResolveNode returns the container-facing path ("/dev/...", without the
-// root) of the node of a sysfs device directory, checked with CheckNode.
-// The kernel's own name for the node is in uevent's DEVNAME; conventional is
-// what devtmpfs calls it by default (for example "dri/card0"), used when
-// uevent has no DEVNAME or its node does not pass the check. Callers check
-// the conventional node first with NodeExists, so discovery needs no
-// per-device reads and only the devices actually handed out pay for
-// reading uevent and dev and for the stat.
+// root) of the node of a sysfs device directory, checked as CheckNode
+// does. The kernel's own name for the node is in uevent's DEVNAME;
+// conventional is what devtmpfs calls it by default (for example
+// "dri/card0"), used when uevent has no DEVNAME or its node does not pass
+// the check. The device number comes from uevent's MAJOR and MINOR, the
+// same numbers as the dev attribute, which is read only when uevent lacks
+// them. Callers check the conventional node first with NodeExists, so
+// discovery needs no per-device reads and only the devices actually
+// handed out pay for reading uevent and for the stat.
 func (h *Host) ResolveNode(sysDir, conventional string) (string, error) {
-	name, err := DevName(sysDir)
-	if err == nil && name != "" && name != conventional && h.NodeExists(name) && h.CheckNode(name, sysDir) == nil {
-		return "/dev/" + name, nil
+	u, err := ReadUevent(sysDir)
+	if err == nil && u.DevName != "" && u.DevName != conventional && h.NodeExists(u.DevName) &&
+		h.checkNode(u.DevName, sysDir, u.Dev) == nil {
+		return "/dev/" + u.DevName, nil
 	}
-	if err := h.CheckNode(conventional, sysDir); err != nil {
+	if err := h.checkNode(conventional, sysDir, u.Dev); err != nil {
 		return "", err
 	}
 	return "/dev/" + conventional, nil

@@ -45,33 +45,46 @@ func TestIsPCIAddr(t *testing.T) {
 	}
 }
 
-func TestParseDevName(t *testing.T) {
+func TestParseUevent(t *testing.T) {
 	tests := []struct {
-		in, want string
-		ok       bool
+		in   string
+		want Uevent
+		ok   bool
 	}{
-		{"MAJOR=226\nMINOR=0\nDEVNAME=dri/card0\nDEVTYPE=drm_minor\n", "dri/card0", true},
-		{"DEVNAME=tty13", "tty13", true},
-		{"MAJOR=4\n", "", true},
-		{"DEVNAME=/etc/passwd\n", "", false},
-		{"DEVNAME=../etc\n", "", false},
-		{"DEVNAME=dri/../../x\n", "", false},
-		{"DEVNAME=\n", "", false},
+		{"MAJOR=226\nMINOR=0\nDEVNAME=dri/card0\nDEVTYPE=drm_minor\n", Uevent{"dri/card0", "226:0"}, true},
+		{"DEVNAME=tty13", Uevent{DevName: "tty13"}, true},
+		{"MAJOR=4\n", Uevent{}, true},
+		{"MAJOR=4\nMINOR=64", Uevent{Dev: "4:64"}, true},
+		{"MAJOR=4\nMINOR=x\n", Uevent{}, true},
+		{"MAJOR=04\nMINOR=1\n", Uevent{}, true},
+		{"MAJOR=-4\nMINOR=1\n", Uevent{}, true},
+		{"DEVNAME=ttyS0\nDEVNAME=ttyS1\n", Uevent{DevName: "ttyS0"}, true},
+		{"DEVNAME=/etc/passwd\n", Uevent{}, false},
+		{"DEVNAME=../etc\n", Uevent{}, false},
+		{"DEVNAME=dri/../../x\n", Uevent{}, false},
+		{"DEVNAME=\n", Uevent{}, false},
 	}
 	for _, tt := range tests {
-		got, err := parseDevName([]byte(tt.in))
+		got, err := parseUevent([]byte(tt.in))
 		if (err == nil) != tt.ok || (err == nil && got != tt.want) {
-			t.Errorf("parseDevName(%q) = %q, %v", tt.in, got, err)
+			t.Errorf("parseUevent(%q) = %+v, %v", tt.in, got, err)
 		}
 	}
 }
 
-func FuzzParseDevName(f *testing.F) {
-	f.Add("MAJOR=226\nDEVNAME=dri/card0\n")
+func FuzzParseUevent(f *testing.F) {
+	f.Add("MAJOR=226\nMINOR=0\nDEVNAME=dri/card0\n")
 	f.Add("DEVNAME=../x")
 	f.Fuzz(func(t *testing.T, in string) {
-		name, err := parseDevName([]byte(in))
-		if err != nil || name == "" {
+		u, err := parseUevent([]byte(in))
+		if err != nil {
+			return
+		}
+		if maj, min, ok := strings.Cut(u.Dev, ":"); u.Dev != "" && (!ok || !decimal(maj) || !decimal(min)) {
+			t.Fatalf("device number %q from %q", u.Dev, in)
+		}
+		name := u.DevName
+		if name == "" {
 			return
 		}
 		if strings.HasPrefix(name, "/") || strings.Contains("/"+name+"/", "/../") || filepath.Clean(name) != name {
@@ -169,6 +182,29 @@ func TestCheckNode(t *testing.T) {
 	}
 	if got, err := NewHost(root).TTYNode(TTY{Name: "tty13"}); got != "/dev/tty13" || err != nil {
 		t.Errorf("a DEVNAME node with the wrong numbers is used: %q %v", got, err)
+	}
+	// uevent's MAJOR and MINOR are sysfs's numbers too: with them the dev
+	// attribute is not needed, and a node that differs from them is refused.
+	mkchar(t, filepath.Join(root, "dev/tty18"), 4, 18)
+	mkchar(t, filepath.Join(root, "dev/tty19"), 4, 19)
+	for p, content := range map[string]string{
+		"sys/class/tty/tty18/uevent": "MAJOR=4\nMINOR=18\nDEVNAME=tty18\n", // no dev attribute
+		"sys/class/tty/tty19/uevent": "MAJOR=4\nMINOR=91\nDEVNAME=tty19\n",
+		"sys/class/tty/tty19/dev":    "4:19\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h = NewHost(root)
+	if got, err := h.TTYNode(TTY{Name: "tty18"}); got != "/dev/tty18" || err != nil {
+		t.Errorf("tty18, numbers from uevent only: %q %v", got, err)
+	}
+	if got, err := h.TTYNode(TTY{Name: "tty19"}); err == nil {
+		t.Errorf("tty19, a node unlike uevent's numbers, is handed out: %q", got)
 	}
 }
 

@@ -45,8 +45,13 @@ func TestPodmanInjectsAllocatedTTYs(t *testing.T) {
 		if err := unix.Mknod(p, unix.S_IFCHR|0o600, int(dev)); err != nil {
 			t.Fatal(err)
 		}
+		sys := filepath.Join(n.root, "sys/class/tty", name)
 		numbers := fmt.Sprintf("%d:%d\n", unix.Major(dev), unix.Minor(dev))
-		if err := os.WriteFile(filepath.Join(n.root, "sys/class/tty", name, "dev"), []byte(numbers), 0o644); err != nil {
+		uevent := fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=%s\n", unix.Major(dev), unix.Minor(dev), name)
+		if err := os.WriteFile(filepath.Join(sys, "dev"), []byte(numbers), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sys, "uevent"), []byte(uevent), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
