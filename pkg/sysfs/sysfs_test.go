@@ -146,21 +146,14 @@ func TestCheckNode(t *testing.T) {
 	maj, min := mkchar(t, filepath.Join(root, "dev/tty13"), 4, 13)
 	mkchar(t, filepath.Join(root, "dev/console-alias"), 4, 13)
 	mkchar(t, filepath.Join(root, "dev/tty14"), 4, 99) // numbers planted wrong
-	for p, content := range map[string]string{
+	writeTree(t, root, map[string]string{
 		"sys/class/tty/tty13/dev":    fmt.Sprintf("%d:%d\n", maj, min),
 		"sys/class/tty/tty13/uevent": "DEVNAME=console-alias\n",
 		"sys/class/tty/tty14/dev":    fmt.Sprintf("%d:%d\n", maj, min+1),
 		"sys/class/tty/tty15/dev":    "4:15\n",
 		"sys/class/tty/tty16/dev":    "4:16\n",
 		"dev/tty16":                  "a regular file",
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	if err := os.Symlink("tty13", filepath.Join(root, "dev/tty15")); err != nil { // a link, even to a good node
 		t.Fatal(err)
 	}
@@ -187,24 +180,30 @@ func TestCheckNode(t *testing.T) {
 	// attribute is not needed, and a node that differs from them is refused.
 	mkchar(t, filepath.Join(root, "dev/tty18"), 4, 18)
 	mkchar(t, filepath.Join(root, "dev/tty19"), 4, 19)
-	for p, content := range map[string]string{
+	writeTree(t, root, map[string]string{
 		"sys/class/tty/tty18/uevent": "MAJOR=4\nMINOR=18\nDEVNAME=tty18\n", // no dev attribute
 		"sys/class/tty/tty19/uevent": "MAJOR=4\nMINOR=91\nDEVNAME=tty19\n",
 		"sys/class/tty/tty19/dev":    "4:19\n",
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	h = NewHost(root)
 	if got, err := h.TTYNode(TTY{Name: "tty18"}); got != "/dev/tty18" || err != nil {
 		t.Errorf("tty18, numbers from uevent only: %q %v", got, err)
 	}
 	if got, err := h.TTYNode(TTY{Name: "tty19"}); err == nil {
 		t.Errorf("tty19, a node unlike uevent's numbers, is handed out: %q", got)
+	}
+}
+
+// writeTree writes files under root, making their directories.
+func writeTree(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
