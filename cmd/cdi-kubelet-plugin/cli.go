@@ -122,14 +122,23 @@ func flags(e env) (*flag.FlagSet, *bridge.Options) {
 	return fs, opt
 }
 
-// validate checks the flags' values.
-func validate(opt *bridge.Options) error {
-	for name, d := range map[string]time.Duration{
-		"--poll-interval": opt.Poll, "--gc-interval": opt.GCInterval, "--plugin-timeout": opt.Caller.Timeout,
-	} {
+// positive refuses a duration flag, named by the key, that is not above
+// zero.
+func positive(flags map[string]time.Duration) error {
+	for name, d := range flags {
 		if d <= 0 {
 			return fmt.Errorf("%s must be positive, got %v", name, d)
 		}
+	}
+	return nil
+}
+
+// validate checks the flags' values.
+func validate(opt *bridge.Options) error {
+	if err := positive(map[string]time.Duration{
+		"--poll-interval": opt.Poll, "--gc-interval": opt.GCInterval, "--plugin-timeout": opt.Caller.Timeout,
+	}); err != nil {
+		return err
 	}
 	if opt.Grace < 0 {
 		return fmt.Errorf("--gc-grace must not be negative, got %v", opt.Grace)

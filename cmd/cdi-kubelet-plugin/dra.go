@@ -91,12 +91,10 @@ func validateDRA(opt *dra.Options) error {
 	if opt.NodeName == "" {
 		return errors.New("--node-name is required")
 	}
-	for name, d := range map[string]time.Duration{
+	if err := positive(map[string]time.Duration{
 		"--poll-interval": opt.Poll, "--stale-interval": opt.StaleInterval, "--plugin-timeout": opt.Caller.Timeout,
-	} {
-		if d <= 0 {
-			return fmt.Errorf("%s must be positive, got %v", name, d)
-		}
+	}); err != nil {
+		return err
 	}
 	if opt.StaleGrace < 0 {
 		return fmt.Errorf("--stale-grace must not be negative, got %v", opt.StaleGrace)

@@ -101,14 +101,19 @@ func (c *Cache) Summary() ([]byte, *Stamp) {
 	if !ok {
 		return nil, nil
 	}
-	f, err := c.read(false)
+	fd, size, err := c.open()
+	if err != nil {
+		return nil, c.listed(now)
+	}
+	defer unix.Close(fd)
+	f, err := c.readHead(fd, size)
 	if err == nil && now.same(f.st) {
 		return f.summary, nil
 	}
 	if err != nil || now.boot != f.st.boot { // the whole file would not do either
 		return nil, c.listed(now)
 	}
-	f, st := c.check(now) // the listing check, which may rewrite the file
+	f, st := c.judge(now, fd, size) // the listing check, which may rewrite the file
 	if f == nil {
 		return nil, st
 	}
@@ -116,10 +121,22 @@ func (c *Cache) Summary() ([]byte, *Stamp) {
 }
 
 // check reads the whole file and judges it against a quick stamp taken
-// now: the file when it still holds (rewritten under the new stamp when
-// only the listings proved it), else nil and the stamp to save with.
+// now (judge).
 func (c *Cache) check(now *Stamp) (*file, *Stamp) {
-	f, err := c.read(true)
+	fd, size, err := c.open()
+	if err != nil {
+		return nil, c.listed(now)
+	}
+	defer unix.Close(fd)
+	return c.judge(now, fd, size)
+}
+
+// judge reads the whole of the open file fd of size bytes and judges it
+// against a quick stamp taken now: the file when it still holds
+// (rewritten under the new stamp when only the listings proved it), else
+// nil and the stamp to save with.
+func (c *Cache) judge(now *Stamp, fd int, size int64) (*file, *Stamp) {
+	f, err := c.readWhole(fd, size)
 	if err != nil {
 		return nil, c.listed(now)
 	}
@@ -148,42 +165,50 @@ func (c *Cache) Begin() *Stamp {
 	return c.listed(now)
 }
 
-// read reads the cache file, a regular file of ours, never through a
-// link: whole, or only its head.
-func (c *Cache) read(whole bool) (*file, error) {
+// open opens the cache file, a regular file of ours, never through a
+// link, and returns it and its size.
+func (c *Cache) open() (int, int64, error) {
 	fd, err := unix.Open(c.Path(), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 || st.Size > maxSize {
+		unix.Close(fd)
+		return -1, 0, errors.New("not a cache file of ours")
+	}
+	return fd, st.Size, nil
+}
+
+// readWhole reads and decodes the whole of the open file fd.
+func (c *Cache) readWhole(fd int, size int64) (*file, error) {
+	buf := make([]byte, size)
+	n, err := readAt(fd, buf, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Mode&0o077 != 0 || st.Size > maxSize {
-		return nil, errors.New("not a cache file of ours")
-	}
-	if whole {
-		buf := make([]byte, st.Size)
-		n, err := readFull(fd, buf)
-		if err != nil {
-			return nil, err
-		}
-		return c.decode(buf[:n])
-	}
+	return c.decode(buf[:n])
+}
+
+// readHead reads and decodes only the head of the open file fd.
+func (c *Cache) readHead(fd int, size int64) (*file, error) {
 	var small [headRead]byte // on the stack: no heap span to fault in
-	n, err := readFull(fd, small[:min(int(st.Size), headRead)])
+	n, err := readAt(fd, small[:min(int(size), headRead)], 0)
 	if err != nil {
 		return nil, err
 	}
 	b := small[:n]
-	if end, ok := headEnd(b); ok && end > n && end <= int(st.Size) { // a long key: read the rest of the head
+	if end, ok := headEnd(b); ok && end > n && end <= int(size) { // a long key: read the rest of the head
 		b = append(make([]byte, 0, end), b...)[:end]
-		if m, err := readFull(fd, b[n:]); err != nil || m != end-n {
+		if m, err := readAt(fd, b[n:], int64(n)); err != nil || m != end-n {
 			return nil, errors.New("truncated cache file")
 		}
 	}
-	return c.decodeHead(b, int(st.Size))
+	return c.decodeHead(b, int(size))
 }
 
 // maxSize bounds a cache file; facts of thousands of devices take tens of
@@ -194,11 +219,11 @@ const maxSize = 16 << 20
 // the head of a cache whose key names a host root of ordinary length.
 const headRead = 512
 
-// readFull reads into b until it is full or the file ends.
-func readFull(fd int, b []byte) (int, error) {
+// readAt reads into b from offset off until b is full or the file ends.
+func readAt(fd int, b []byte, off int64) (int, error) {
 	n := 0
 	for n < len(b) {
-		m, err := unix.Read(fd, b[n:])
+		m, err := unix.Pread(fd, b[n:], off+int64(n))
 		if err == unix.EINTR {
 			continue
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // host is a fake kernel tree: a boot id, a sequence number, a sysfs
@@ -276,7 +278,12 @@ func TestLongKey(t *testing.T) {
 	if err := c.Save(c.Begin(), []byte("sum"), []byte("facts")); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := c.read(false); err != nil || string(f.summary) != "sum" || f.facts != nil {
+	fd, size, err := c.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if f, err := c.readHead(fd, size); err != nil || string(f.summary) != "sum" || f.facts != nil {
 		t.Fatalf("reading the head: %+v, %v", f, err)
 	}
 	if sum, st := c.Summary(); string(sum) != "sum" || st != nil {

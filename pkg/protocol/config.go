@@ -46,20 +46,15 @@ func ParseConfig(b []byte) (Config, error) {
 		}
 		return Config{}, fmt.Errorf("%w: %v", ErrNotObject, err)
 	}
-	var members [len(configFields)][]byte
-	seen := make(map[string]bool, 8)
-	err = rawjson.Members(v, func(name string, value []byte) error {
-		if seen[name] {
-			return fmt.Errorf("field %q is given twice", name)
-		}
-		seen[name] = true
+	var found [len(configFields)][]byte
+	err = members(v, "", func(name string, value []byte) error {
 		for i, f := range configFields {
 			switch {
 			case name == f:
-				members[i] = value
+				found[i] = value
 				return nil
 			case strings.EqualFold(name, f):
-				return fmt.Errorf("field %q is not %q: names are case-sensitive", name, f)
+				return caseError("", name, f)
 			}
 		}
 		return nil
@@ -69,7 +64,7 @@ func ParseConfig(b []byte) (Config, error) {
 	} else if err != nil {
 		return Config{}, err
 	}
-	return configFrom(members)
+	return configFrom(found)
 }
 
 // configFields are the config's members, in the order they are checked;

@@ -121,18 +121,27 @@ func mismatch(raw []byte, v reflect.Value, path string) error {
 	return fmt.Errorf("field %q: cannot decode %s into %s", name, what, v.Type())
 }
 
-// decodeStruct stores an object's members in the fields of v whose json
-// names they are, exactly.
-func decodeStruct(raw []byte, v reflect.Value, path string) error {
-	if raw[0] != '{' {
-		return mismatch(raw, v, path)
-	}
+// members calls fn for each member of the object raw, as rawjson.Members
+// does, and refuses a member given twice; path prefixes its name in the
+// error.
+func members(raw []byte, path string, fn func(name string, value []byte) error) error {
 	seen := make(map[string]bool, 8)
 	return rawjson.Members(raw, func(name string, value []byte) error {
 		if seen[name] {
 			return fmt.Errorf("field %q is given twice", path+name)
 		}
 		seen[name] = true
+		return fn(name, value)
+	})
+}
+
+// decodeStruct stores an object's members in the fields of v whose json
+// names they are, exactly.
+func decodeStruct(raw []byte, v reflect.Value, path string) error {
+	if raw[0] != '{' {
+		return mismatch(raw, v, path)
+	}
+	return members(raw, path, func(name string, value []byte) error {
 		i, err := fieldIndex(v.Type(), name, path)
 		if err != nil {
 			return err
@@ -161,9 +170,15 @@ func fieldIndex(t reflect.Type, name, path string) (int, error) {
 		}
 	}
 	if near != "" {
-		return 0, fmt.Errorf("field %q is not %q: names are case-sensitive", path+name, path+near)
+		return 0, caseError(path, name, near)
 	}
 	return 0, fmt.Errorf("unknown field %q", path+name)
+}
+
+// caseError is the error for a member name that is a field's name only
+// when case is ignored.
+func caseError(path, name, field string) error {
+	return fmt.Errorf("field %q is not %q: names are case-sensitive", path+name, path+field)
 }
 
 // decodeMap adds an object's members to the map v, whose keys are strings.
@@ -174,12 +189,7 @@ func decodeMap(raw []byte, v reflect.Value, path string) error {
 	if v.IsNil() {
 		v.Set(reflect.MakeMap(v.Type()))
 	}
-	seen := make(map[string]bool, 8)
-	return rawjson.Members(raw, func(name string, value []byte) error {
-		if seen[name] {
-			return fmt.Errorf("field %q is given twice", path+name)
-		}
-		seen[name] = true
+	return members(raw, path, func(name string, value []byte) error {
 		elem := reflect.New(v.Type().Elem()).Elem()
 		if err := decode(value, elem, path+name+"."); err != nil {
 			return err

@@ -123,24 +123,12 @@ func parseUevent(b []byte) (Uevent, error) {
 			minor = v
 		}
 	}
-	if decimal(major) && decimal(minor) {
+	_, okMajor := Index(major, "")
+	_, okMinor := Index(minor, "")
+	if okMajor && okMinor {
 		u.Dev = major + ":" + minor
 	}
 	return u, nil
-}
-
-// decimal reports whether s is a plain decimal number, as the kernel
-// writes device numbers.
-func decimal(s string) bool {
-	if s == "" || len(s) > 10 || s[0] == '0' && len(s) > 1 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // validDevName refuses names that would leave /dev.

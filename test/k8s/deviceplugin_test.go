@@ -264,11 +264,10 @@ func (b *bridgeRun) specs(t *testing.T) map[string][]string {
 	return out
 }
 
-// checkPodTTYs checks that the pod sees exactly two ttys with the host's
-// device numbers (in output printed since the last check), that they are
-// the ones the kubelet allocated, the plugin holds for one bridge-made
-// request-id, and the CDI spec names, and returns them and the id.
-func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
+// podTTYs returns the ttys the pod printed last (in output printed since
+// the last check), sorted, after checking that each has the host's device
+// numbers, and the line it printed them in.
+func (b *bridgeRun) podTTYs(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
 	t.Helper()
 	line := b.lastDevLine(ctx, t, pod.Metadata.Name)
 	var seen []string
@@ -280,6 +279,16 @@ func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) ([]
 		seen = append(seen, path)
 	}
 	slices.Sort(seen)
+	return seen, line
+}
+
+// checkPodTTYs checks that the pod sees exactly two ttys with the host's
+// device numbers (in output printed since the last check), that they are
+// the ones the kubelet allocated, the plugin holds for one bridge-made
+// request-id, and the CDI spec names, and returns them and the id.
+func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
+	t.Helper()
+	seen, line := b.podTTYs(ctx, t, pod)
 	if len(seen) != 2 {
 		t.Fatalf("the pod sees the ttys %v, want two", seen)
 	}

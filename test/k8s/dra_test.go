@@ -383,16 +383,7 @@ func (d *draRun) waitSlice(ctx context.Context, t *testing.T) []string {
 // the ones the claim's CDI spec names. It returns them and the UID.
 func (d *draRun) checkClaim(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
 	t.Helper()
-	line := d.b.lastDevLine(ctx, t, pod.Metadata.Name)
-	var seen []string
-	for _, f := range strings.Fields(strings.TrimPrefix(line, "devs")) {
-		path, dev, _ := strings.Cut(f, "=")
-		if want := hexDev(t, filepath.Base(path)); dev != want {
-			t.Fatalf("the pod sees %s as %s, the host has %s", path, dev, want)
-		}
-		seen = append(seen, path)
-	}
-	slices.Sort(seen)
+	seen, line := d.b.podTTYs(ctx, t, pod)
 	claim := d.podClaim(ctx, t, pod.Metadata.Name)
 	var allocated []string
 	for _, r := range claim.Status.Allocation.Devices.Results {

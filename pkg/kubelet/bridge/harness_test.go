@@ -3,9 +3,6 @@ package bridge
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,22 +20,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	code, err := setup(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bridge test setup:", err)
-		os.Exit(2)
-	}
-	os.Exit(code)
-}
-
-func setup(m *testing.M) (int, error) {
-	dir, done, err := kubelettest.Plugins("../../../plugins/...")
-	defer done()
-	if err != nil {
-		return 0, err
-	}
-	binDir = dir
-	return m.Run(), nil
+	kubelettest.Main(m, "bridge", "../../../plugins/...", &binDir)
 }
 
 // node is a fixture host, its plugin configs and state, a fake kubelet and
@@ -62,24 +44,7 @@ func newNode(t *testing.T, h fixture.Host, confs map[string]string) *node {
 	dir := t.TempDir()
 	n := &node{t: t, root: filepath.Join(dir, "host"), state: filepath.Join(dir, "state"),
 		conf: filepath.Join(dir, "conf"), specDir: filepath.Join(dir, "cdi")}
-	if err := os.MkdirAll(n.root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Build(n.root); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range confs {
-		p := filepath.Join(n.conf, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The plugins inherit these from the bridge's environment.
-	t.Setenv("CDI_HOST_ROOT", n.root)
-	t.Setenv("CDI_STATE_DIR", n.state)
+	kubelettest.Host(t, h, n.root, n.state, n.conf, confs)
 	n.kubelet = kubelettest.Start(t)
 	return n
 }
@@ -91,7 +56,7 @@ func (n *node) options() Options {
 		ConfDir: n.conf, Prefix: "cdi-exec.io", KubeletDir: n.kubelet.Root, CDISpecDir: n.specDir,
 		Caller: caller.Caller{Path: binDir, Timeout: 20 * time.Second},
 		Poll:   time.Hour, GCInterval: time.Hour, Grace: time.Minute, Watch: 10 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(testWriter{n.t}, nil)),
+		Log: kubelettest.Logger(n.t),
 	}
 }
 
@@ -147,14 +112,6 @@ func (n *node) plugin(name, conf string, env ...string) map[string]any {
 		}
 	}
 	return m
-}
-
-// testWriter sends the bridge's log lines to the test's log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }
 
 // held returns the device keys id holds in a plugin's store, or every

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,22 +31,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	code, err := setup(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dra test setup:", err)
-		os.Exit(2)
-	}
-	os.Exit(code)
-}
-
-func setup(m *testing.M) (int, error) {
-	dir, done, err := kubelettest.Plugins("../../../plugins/...")
-	defer done()
-	if err != nil {
-		return 0, err
-	}
-	binDir = dir
-	return m.Run(), nil
+	kubelettest.Main(m, "dra", "../../../plugins/...", &binDir)
 }
 
 // nodeName is the fake cluster's one node.
@@ -85,24 +69,7 @@ func newNode(t *testing.T, h fixture.Host, confs map[string]string) *node {
 	n := &node{t: t, root: filepath.Join(dir, "host"), state: filepath.Join(dir, "state"),
 		conf: filepath.Join(dir, "conf"), specDir: filepath.Join(dir, "cdi"),
 		kubelet: filepath.Join(dir, "kubelet"), claimDir: filepath.Join(dir, "dra")}
-	if err := os.MkdirAll(n.root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Build(n.root); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range confs {
-		p := filepath.Join(n.conf, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The plugins inherit these from the driver's environment.
-	t.Setenv("CDI_HOST_ROOT", n.root)
-	t.Setenv("CDI_STATE_DIR", n.state)
+	kubelettest.Host(t, h, n.root, n.state, n.conf, confs)
 	n.client = fakeAPI()
 	return n
 }
@@ -116,7 +83,7 @@ func (n *node) options() Options {
 		KubeletDir: n.kubelet, CDISpecDir: n.specDir, StateDir: n.claimDir, PluginStateDir: n.state,
 		Caller: caller.Caller{Path: binDir, Timeout: 20 * time.Second},
 		Poll:   time.Hour, StaleInterval: time.Hour, StaleGrace: time.Minute,
-		Log: slog.New(slog.NewTextHandler(testWriter{n.t}, nil)),
+		Log: kubelettest.Logger(n.t),
 	}
 }
 
@@ -345,12 +312,4 @@ func (n *node) eventually(what string, cond func() error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// testWriter sends the plugin's log lines to the test's log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }

@@ -4,6 +4,10 @@
 // list the test sets, and a restart that behaves like a real kubelet's: it
 // removes every socket in the device-plugins directory and creates its own
 // anew. Everything is real gRPC over unix sockets under a temporary root.
+//
+// It also holds what the bridge's and the DRA driver's tests share: the
+// plugin binaries (Plugins, Main), a fixture host with its configs (Host),
+// and a logger into the test's log (Logger).
 package kubelettest
 
 import (

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 )
 
 // Plugins returns the absolute directory of the plugin binaries for a
@@ -28,4 +29,20 @@ func Plugins(pkgs string) (dir string, done func(), err error) {
 	}
 	abs, err := filepath.Abs(dir)
 	return abs, done, err
+}
+
+// Main is a TestMain for tests that run the plugins: it finds or builds
+// them (Plugins), sets *dir, runs the tests and exits. name labels a setup
+// failure.
+func Main(m *testing.M, name, pkgs string, dir *string) {
+	d, done, err := Plugins(pkgs)
+	if err != nil {
+		done()
+		fmt.Fprintln(os.Stderr, name+" test setup:", err)
+		os.Exit(2)
+	}
+	*dir = d
+	code := m.Run()
+	done()
+	os.Exit(code)
 }
