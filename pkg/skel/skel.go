@@ -15,6 +15,9 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	// Every plugin runs skel.Main: its main goroutine gets its whole stack
+	// before any package initialises.
+	_ "github.com/cdi-exec/plugins/pkg/stack"
 )
 
 // Call is one validated invocation, handed to the plugin.
