@@ -27,8 +27,8 @@ type picker func(item abnf.Item, devs []Device, free func(key string) bool) ([]D
 // lowest indices.
 func byCount(locality []int, strict bool, dist func() alloc.Distances) picker {
 	return func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error) {
-		var avail []Device
-		var cands []alloc.Candidate
+		avail := make([]Device, 0, len(devs))
+		cands := make([]alloc.Candidate, 0, len(devs))
 		for _, d := range devs {
 			if free(d.Key) {
 				avail = append(avail, d)

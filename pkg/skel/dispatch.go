@@ -159,6 +159,21 @@ func (d *Dispatcher) checkCommand(c *Call) error {
 	return d.unsupported()
 }
 
+// offers reports whether plugin implements cmd. Only the extensions need
+// asking, and the asking (an interface lookup) is left to them: the first
+// costs the process a fresh itab.
+func offers(plugin Plugin, cmd string) bool {
+	switch cmd {
+	case protocol.CmdGC:
+		_, ok := plugin.(Collector)
+		return ok
+	case protocol.CmdDevices:
+		_, ok := plugin.(Inventorier)
+		return ok
+	}
+	return true
+}
+
 func (d *Dispatcher) unsupported() error {
 	return protocol.NewError(protocol.CodeCommandUnsupported, "Unsupported command: "+d.Getenv(protocol.EnvCommand))
 }
@@ -174,9 +189,7 @@ func (d *Dispatcher) start(about About, c *Call) (Plugin, error) {
 		}
 		return nil, err
 	}
-	_, canGC := plugin.(Collector)
-	_, canList := plugin.(Inventorier)
-	if c.Command == protocol.CmdGC && !canGC || c.Command == protocol.CmdDevices && !canList {
+	if !offers(plugin, c.Command) {
 		return nil, d.unsupported()
 	}
 	return plugin, nil

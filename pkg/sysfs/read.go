@@ -12,9 +12,11 @@ import (
 
 // readFile reads a small file with plain system calls. Files are opened
 // non-blocking, so that a FIFO planted where an attribute should be cannot
-// hang the plugin. os.Open would also
-// register every sysfs file with the runtime's poller; on the hot path,
-// where a command reads a few hundred attributes, that doubles the calls.
+// hang the plugin. os.Open would also register every sysfs file with the
+// runtime's poller; on the hot path, where a command reads a few hundred
+// attributes, that doubles the calls. sysfs hands an attribute over in one
+// read, as a regular file does up to its end, so a read that leaves room
+// in the buffer is the end: there is no second read to see it.
 func readFile(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -31,13 +33,11 @@ func readFile(path string) ([]byte, error) {
 		if err != nil {
 			return nil, &os.PathError{Op: "read", Path: path, Err: err}
 		}
-		if m == 0 {
+		n += m
+		if m == 0 || n < len(buf) {
 			return buf[:n], nil
 		}
-		n += m
-		if n == len(buf) {
-			buf = append(buf, make([]byte, len(buf))...)
-		}
+		buf = append(buf, make([]byte, len(buf))...)
 	}
 }
 

@@ -103,7 +103,9 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 	if err != nil {
 		return nil, err
 	}
-	var out []pool.Device
+	// Sized once for all: growing it by appends would allocate it in a
+	// series of size classes, each a fresh span of the process's heap.
+	out := make([]pool.Device, 0, len(facts))
 	for i := range facts {
 		ft := &facts[i]
 		if scan.Skipped(ft.key()) {

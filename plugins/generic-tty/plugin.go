@@ -88,7 +88,7 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 	if err != nil {
 		return nil, err
 	}
-	var devs []pool.Device
+	devs := make([]pool.Device, 0, len(ttys)) // sized once: see drm's discover
 	for _, t := range ttys {
 		if t.Index < p.firstIdx || scan.Skipped(t.Name) {
 			continue
