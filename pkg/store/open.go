@@ -36,8 +36,8 @@ type dir struct {
 // openDir opens the state directory of path and checks it. With create, a
 // missing directory is made 0700 first (its parents as needed).
 func openDir(path string, create bool) (*dir, error) {
-	if !filepath.IsAbs(path) {
-		return nil, fmt.Errorf("%s: %w: the store path must be absolute, not relative to the working directory", path, ErrUnsafe)
+	if err := absolute(path); err != nil {
+		return nil, err
 	}
 	name := filepath.Dir(path)
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
@@ -58,9 +58,9 @@ func openDir(path string, create bool) (*dir, error) {
 		return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
 	case err == unix.ELOOP || err == unix.ENOTDIR:
 		if fi, lerr := os.Lstat(name); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
-			return nil, refuse(name, "is a symbolic link", "replace it by a real directory (mkdir -m 0700)")
+			return nil, linkedDir(name)
 		}
-		return nil, refuse(name, "is not a directory", "remove it, or point CDI_STATE_DIR elsewhere")
+		return nil, notDir(name)
 	case err != nil:
 		return nil, fmt.Errorf("opening state directory: %w", &os.PathError{Op: "open", Path: name, Err: err})
 	}
@@ -81,6 +81,24 @@ func (d *dir) close() { _ = unix.Close(d.fd) }
 
 // refuse returns an ErrUnsafe error that says what is wrong with name and
 // how to fix it.
+// absolute refuses a store path that is relative to the working directory.
+func absolute(path string) error {
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("%s: %w: the store path must be absolute, not relative to the working directory", path, ErrUnsafe)
+	}
+	return nil
+}
+
+// linkedDir and notDir refuse a state directory that is a symbolic link or
+// not a directory.
+func linkedDir(name string) error {
+	return refuse(name, "is a symbolic link", "replace it by a real directory (mkdir -m 0700)")
+}
+
+func notDir(name string) error {
+	return refuse(name, "is not a directory", "remove it, or point CDI_STATE_DIR elsewhere")
+}
+
 func refuse(name, what, fix string) error {
 	return fmt.Errorf("%s %s: %w; %s", name, what, ErrUnsafe, fix)
 }

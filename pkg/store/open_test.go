@@ -137,8 +137,8 @@ func TestOpenRefusesUnsafePaths(t *testing.T) {
 					t.Fatalf("read-only %v: err = %v, want %v saying %q", ro, err, tt.want, tt.fix)
 				}
 			}
-			if _, err := Probe(path); !errors.Is(err, tt.want) {
-				t.Fatalf("Probe: %v", err)
+			if _, err := Probe(path); !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.fix) {
+				t.Fatalf("Probe: err = %v, want %v saying %q", err, tt.want, tt.fix)
 			}
 			if after := listing(t, top); after != before {
 				t.Fatalf("a refused open changed the tree:\n%s\nwas\n%s", after, before)

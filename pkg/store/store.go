@@ -196,19 +196,42 @@ func openError(path string, opt Options, err error) error {
 // Probe checks, without opening or locking it, what Open would check
 // first: the directory and the file are safe, and the file, if there is
 // one, is not empty. It reports whether the file exists. It is cheap
-// enough for INFO, which does not otherwise read the store, and lets DEL
-// and GC tell "nothing recorded" from "refused" without creating a store.
+// enough for INFO, which does not otherwise read the store: it looks at
+// the directory and the file with one lstat each, as nothing is read
+// from them after.
 func Probe(path string) (bool, error) {
-	d, err := openDir(path, false)
-	if errors.Is(err, ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
+	if err := absolute(path); err != nil {
 		return false, err
 	}
-	defer d.close()
-	_, exists, err := d.stat(filepath.Base(path))
-	return exists, err
+	name := filepath.Dir(path)
+	euid := uint32(os.Geteuid())
+	var st unix.Stat_t
+	switch err := unix.Lstat(name, &st); {
+	case err == unix.ENOENT:
+		return false, nil
+	case err == unix.ELOOP || err == unix.ENOTDIR:
+		return false, notDir(name)
+	case err != nil:
+		return false, &os.PathError{Op: "lstat", Path: name, Err: err}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFLNK:
+		return false, linkedDir(name)
+	default:
+		return false, notDir(name)
+	}
+	if err := checkOwner(name, &st, "0700", euid); err != nil {
+		return false, err
+	}
+	file := filepath.Join(name, filepath.Base(path))
+	switch err := unix.Lstat(file, &st); {
+	case err == unix.ENOENT:
+		return false, nil
+	case err != nil:
+		return false, &os.PathError{Op: "stat", Path: file, Err: err}
+	}
+	return true, checkFile(file, &st, euid)
 }
 
 // create makes a new, initialised store file atomically: it is built in a
