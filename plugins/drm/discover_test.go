@@ -120,7 +120,7 @@ func TestInventoryNodes(t *testing.T) {
 	if err := unix.Mknod(filepath.Join(h.Root, "dev/dri/by-path/amd-card"), unix.S_IFCHR|0o600, int(st.Rdev)); err != nil {
 		t.Skipf("cannot make the device node here: %v", err)
 	}
-	p := &plugin{host: h, filter: filterOf(t, `{"want_device_nodes":["render","primary"]}`), cache: newCache(t.TempDir(), h)}
+	p := makePlugin(h.Root, t.TempDir(), filterOf(t, `{"want_device_nodes":["render","primary"]}`))
 	facts, err := p.facts(true, false)
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func FuzzFacts(f *testing.F) {
 // devices, and its DEVICES inventory lists all with their reasons.
 func TestPluginDiscover(t *testing.T) {
 	h := buildHost(t, testHost)
-	p := &plugin{host: h, filter: filterOf(t, `{}`), cache: newCache(t.TempDir(), h)}
+	p := makePlugin(h.Root, t.TempDir(), filterOf(t, `{}`))
 	devs, err := p.discover(t.Context(), nil, pool.Scan{})
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +378,7 @@ func TestCapacityFromHead(t *testing.T) {
 	if err := os.Chtimes(h.Dev("dri"), long, long); err != nil {
 		t.Fatal(err)
 	}
-	p := &plugin{host: h, filter: filterOf(t, `{}`), cache: newCache(t.TempDir(), h)}
+	p := makePlugin(h.Root, t.TempDir(), filterOf(t, `{}`))
 	if n, err := p.capacity(t.Context(), nil); err != nil || n != 3 {
 		t.Fatalf("INFO on a miss = %d %v", n, err)
 	}

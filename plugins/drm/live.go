@@ -13,9 +13,9 @@ import (
 const factsVersion = "drm facts 2"
 
 // newCache returns the plugin's discovery cache for a host.
-func newCache(stateDir string, h *sysfs.Host) *cache.Cache {
+func newCache(stateDir string, h *sysfs.Host) cache.Cache {
 	sys := h.Sys()
-	return cache.New(stateDir, name, factsVersion+"\x00"+h.Root, cache.Watch{
+	return *cache.New(stateDir, name, factsVersion+"\x00"+h.Root, cache.Watch{
 		Boot:   h.Proc("sys/kernel/random/boot_id"),
 		Seqnum: sys + "/kernel/uevent_seqnum",
 		Sys:    []string{sys + "/class/drm", sys + "/bus/pci/devices"},
@@ -80,7 +80,7 @@ func (p *plugin) tally() (tally, error) {
 // scan reads the facts from the host and caches them, with their tally,
 // under st, a stamp taken before.
 func (p *plugin) scan(st *cache.Stamp, full bool) ([]fact, []byte, error) {
-	facts, err := scan(p.host, full)
+	facts, err := scan(&p.host, full)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -95,7 +95,7 @@ func (p *plugin) scan(st *cache.Stamp, full bool) ([]fact, []byte, error) {
 // describes (under uevent's DEVNAME when it has one). It returns the
 // nodes to hand out.
 func (p *plugin) resolver(g gpu) func() ([]string, error) {
-	h, sys, minors := p.host, g.fact.sys, g.minors
+	h, sys, minors := &p.host, g.fact.sys, g.minors
 	return func() ([]string, error) {
 		dir := h.Path(sys)
 		var nodes []string
