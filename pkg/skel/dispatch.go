@@ -159,9 +159,10 @@ func (d *Dispatcher) checkCommand(c *Call) error {
 	return d.unsupported()
 }
 
-// offers reports whether plugin implements cmd. Only the extensions need
-// asking, and the asking (an interface lookup) is left to them: the first
-// costs the process a fresh itab.
+// offers reports whether plugin implements cmd. Only the extensions are
+// asked for, and only for their own commands: an interface assertion
+// builds an itab the first time, which a fresh process pays in page
+// faults.
 func offers(plugin Plugin, cmd string) bool {
 	switch cmd {
 	case protocol.CmdGC:

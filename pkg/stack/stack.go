@@ -5,16 +5,16 @@
 // whenever a call would overflow it, copying the frames and fixing their
 // pointers each time. A plugin lives for about a millisecond and a half, and
 // its call chain (package initialisation, then the protocol, the store and
-// discovery) needs 16 to 32 KiB, so it would pay for four such growths, each
-// one copying a deeper stack and touching fresh pages and stack maps. Grown
-// once here, while the stack holds only the runtime's frames, it never grows
-// again: measured on whole processes, INFO runs about 0.1 ms faster and ADD
-// about 0.12 ms (docs/performance.md#the-main-goroutines-stack).
+// discovery) needs 16 to 32 KiB, so it would pay for several such growths,
+// each one copying a deeper stack and touching fresh pages and stack maps.
+// Grown once here, while the stack holds only the runtime's frames, it never
+// grows again: measured on whole processes, INFO and ADD each run about
+// 0.13 ms faster (docs/performance.md#the-main-goroutines-stack).
 //
 // Packages initialise in the order of their import paths among those whose
 // imports are done. This package imports nothing, so it initialises right
-// after the runtime: it must stay that way (TestFirst checks it in a built
-// plugin).
+// after the runtime: it must stay that way (TestStackFirst in test/e2e
+// checks it in each built plugin).
 package stack
 
 func init() { grow(false) }
