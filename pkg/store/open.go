@@ -81,6 +81,10 @@ func (d *dir) close() { _ = unix.Close(d.fd) }
 
 // refuse returns an ErrUnsafe error that says what is wrong with name and
 // how to fix it.
+func refuse(name, what, fix string) error {
+	return fmt.Errorf("%s %s: %w; %s", name, what, ErrUnsafe, fix)
+}
+
 // absolute refuses a store path that is relative to the working directory.
 func absolute(path string) error {
 	if !filepath.IsAbs(path) {
@@ -97,10 +101,6 @@ func linkedDir(name string) error {
 
 func notDir(name string) error {
 	return refuse(name, "is not a directory", "remove it, or point CDI_STATE_DIR elsewhere")
-}
-
-func refuse(name, what, fix string) error {
-	return fmt.Errorf("%s %s: %w; %s", name, what, ErrUnsafe, fix)
 }
 
 // checkOwner refuses a file or directory that another user than euid owns
