@@ -96,30 +96,33 @@ func run(ctx context.Context, args []string, e env) int {
 
 // flags defines the device-plugin mode's flags over the options.
 func flags(e env) (*flag.FlagSet, *bridge.Options) {
-	confDir := e.getenv("CDI_CONF_DIR")
-	if confDir == "" {
-		confDir = protocol.DefaultConfDir
-	}
-	path := e.getenv("CDI_PATH")
-	if path == "" {
-		path = protocol.DefaultPath
-	}
-	opt := &bridge.Options{Caller: caller.Caller{Path: path}}
-	fs := flag.NewFlagSet("cdi-kubelet-plugin device-plugin", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.StringVar(&opt.ConfDir, "conf-dir", confDir, "plugin configs, `DIR`/<type>.d/*.conf")
-	fs.Func("type", "serve only resource type `T` (repeatable; default: every configured type)", func(s string) error {
-		opt.Types = append(opt.Types, s)
-		return nil
-	})
+	penv, _ := protocol.ReadEnv(e.getenv) // a bad CDI_LOCK_TIMEOUT is the plugins' to report
+	opt := &bridge.Options{}
+	fs := newFlagSet(e, penv, "cdi-kubelet-plugin device-plugin", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir)
 	fs.StringVar(&opt.Prefix, "resource-prefix", bridge.DefaultPrefix, "resources are named `PREFIX`/<type>")
 	fs.StringVar(&opt.KubeletDir, "kubelet-dir", bridge.DefaultKubeletDir, "the kubelet's root `DIR` (device-plugins/, pod-resources/)")
-	fs.StringVar(&opt.CDISpecDir, "cdi-spec-dir", cdispec.DefaultDir, "CDI spec `DIR` for configs without a cdi_spec arg")
 	fs.DurationVar(&opt.Poll, "poll-interval", bridge.DefaultPoll, "how often the plugins' DEVICES are listed")
 	fs.DurationVar(&opt.GCInterval, "gc-interval", bridge.DefaultGCInterval, "how often the kubelet's PodResources are scanned")
 	fs.DurationVar(&opt.Grace, "gc-grace", bridge.DefaultGrace, "how long an allocation must be absent (and unallocated) before it is freed")
-	fs.DurationVar(&opt.Caller.Timeout, "plugin-timeout", 30*time.Second, "bound on one plugin run")
 	return fs, opt
+}
+
+// newFlagSet makes a mode's flag set with the flags both modes take: the
+// plugins' configs, the types served, the CDI spec directory and the bound
+// on one plugin run. The caller finds the plugins on penv's CDI_PATH, and
+// its CDI_CONF_DIR is the default of --conf-dir.
+func newFlagSet(e env, penv protocol.Env, name string, c *caller.Caller, confDir *string, types *[]string, specDir *string) *flag.FlagSet {
+	c.Path = penv.Path
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.StringVar(confDir, "conf-dir", penv.ConfDir, "plugin configs, `DIR`/<type>.d/*.conf")
+	fs.Func("type", "serve only resource type `T` (repeatable; default: every configured type)", func(s string) error {
+		*types = append(*types, s)
+		return nil
+	})
+	fs.StringVar(specDir, "cdi-spec-dir", cdispec.DefaultDir, "CDI spec `DIR` for configs without a cdi_spec arg")
+	fs.DurationVar(&c.Timeout, "plugin-timeout", 30*time.Second, "bound on one plugin run")
+	return fs
 }
 
 // positive refuses a duration flag, named by the key, that is not above

@@ -14,8 +14,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
 	"github.com/cdi-exec/plugins/pkg/kubelet/dra"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -37,25 +35,17 @@ Flags:
 // receives --kubeconfig.
 func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options) {
 	penv, _ := protocol.ReadEnv(e.getenv) // a bad CDI_LOCK_TIMEOUT is the plugins' to report
-	opt := &dra.Options{Caller: caller.Caller{Path: penv.Path}, PluginStateDir: penv.StateDir}
-	fs := flag.NewFlagSet("cdi-kubelet-plugin dra", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	opt := &dra.Options{PluginStateDir: penv.StateDir}
+	fs := newFlagSet(e, penv, "cdi-kubelet-plugin dra", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir)
 	fs.StringVar(&opt.NodeName, "node-name", "", "this node's `NAME` (required)")
 	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig `FILE`; default: the in-cluster config")
-	fs.StringVar(&opt.ConfDir, "conf-dir", penv.ConfDir, "plugin configs, `DIR`/<type>.d/*.conf")
-	fs.Func("type", "serve only resource type `T` (repeatable; default: every configured type)", func(s string) error {
-		opt.Types = append(opt.Types, s)
-		return nil
-	})
 	fs.StringVar(&opt.Suffix, "driver-suffix", dra.DefaultSuffix, "drivers are named <type>.`SUFFIX`; CDI kinds are SUFFIX/<type>")
 	fs.StringVar(&opt.KubeletDir, "kubelet-dir", bridge.DefaultKubeletDir, "the kubelet's root `DIR` (plugins/, plugins_registry/)")
-	fs.StringVar(&opt.CDISpecDir, "cdi-spec-dir", cdispec.DefaultDir, "CDI spec `DIR` for configs without a cdi_spec arg")
 	fs.StringVar(&opt.StateDir, "state-dir", dra.DefaultStateDir, "`DIR` of the drivers' records of prepared claims")
 	fs.StringVar(&opt.PodUID, "pod-uid", "", "`UID` of the driver's own pod: enables rolling updates (kubelet 1.33+)")
 	fs.DurationVar(&opt.Poll, "poll-interval", dra.DefaultPoll, "how often the plugins' DEVICES are listed")
 	fs.DurationVar(&opt.StaleInterval, "stale-interval", dra.DefaultStaleInterval, "how often prepared claims are looked up")
 	fs.DurationVar(&opt.StaleGrace, "stale-grace", dra.DefaultStaleGrace, "how long a prepared claim's ResourceClaim must be gone before it is freed")
-	fs.DurationVar(&opt.Caller.Timeout, "plugin-timeout", 30*time.Second, "bound on one plugin run")
 	return fs, opt
 }
 
