@@ -71,9 +71,7 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, p := after.Status.ContainerStatuses[0], pod.Status.ContainerStatuses[0]; a.ContainerID != p.ContainerID || a.RestartCount != 0 {
-		t.Fatalf("after the kubelet restart the container is %s (restarts %d), was %s", a.ContainerID, a.RestartCount, p.ContainerID)
-	}
+	sameContainer(t, "the kubelet restart", pod, after)
 	if again, againID := b.checkPodTTYs(ctx, t, after); !slices.Equal(again, held) || againID != id {
 		t.Fatalf("after the kubelet restart the pod has %v for %s, had %v for %s", again, againID, held, id)
 	}
@@ -262,6 +260,15 @@ func (b *bridgeRun) specs(t *testing.T) map[string][]string {
 		slices.Sort(out[f])
 	}
 	return out
+}
+
+// sameContainer fails unless the pod's container after an event is the one
+// it had before, never restarted.
+func sameContainer(t *testing.T, event string, before, after Pod) {
+	t.Helper()
+	if a, p := after.Status.ContainerStatuses[0], before.Status.ContainerStatuses[0]; a.ContainerID != p.ContainerID || a.RestartCount != 0 {
+		t.Fatalf("after %s the container is %s (restarts %d), was %s", event, a.ContainerID, a.RestartCount, p.ContainerID)
+	}
 }
 
 // podTTYs returns the ttys the pod printed last (in output printed since

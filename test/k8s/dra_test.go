@@ -88,9 +88,7 @@ func TestClusterDRATTYs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, p := after.Status.ContainerStatuses[0], pod.Status.ContainerStatuses[0]; a.ContainerID != p.ContainerID || a.RestartCount != 0 {
-		t.Fatalf("after the driver's restart the container is %s (restarts %d), was %s", a.ContainerID, a.RestartCount, p.ContainerID)
-	}
+	sameContainer(t, "the driver's restart", pod, after)
 	if again, againUID := d.checkClaim(ctx, t, after); !slices.Equal(again, held) || againUID != uid {
 		t.Fatalf("after the driver's restart the claim %s holds %v, was %s with %v", againUID, again, uid, held)
 	}
