@@ -61,7 +61,7 @@ func New(opt Options) (*Bridge, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	byType, probs, err := configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
+	byType, probs, err := Configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
 	for _, p := range probs {
 		opt.Log.Warn("config skipped", "file", p.File, "err", p.Err)
 	}

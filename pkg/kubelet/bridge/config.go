@@ -9,11 +9,12 @@ import (
 	"github.com/cdi-exec/plugins/pkg/cdispec"
 )
 
-// configs loads the plugin configs under dir, grouped by resource type in
+// Configs loads the plugin configs under dir, grouped by resource type in
 // load order, keeping only types when any are given. Each config without a
 // cdi_spec arg gets one (kind <prefix>/<type> in specDir), so that every
-// allocation has a CDI spec file for the runtime.
-func configs(dir string, types []string, prefix, specDir string) (map[string][]caller.Config, []caller.Problem, error) {
+// allocation has a CDI spec file for the runtime. Problems are the configs
+// left out. The DRA mode loads its configs with it too.
+func Configs(dir string, types []string, prefix, specDir string) (map[string][]caller.Config, []caller.Problem, error) {
 	confs, probs := caller.Load(dir)
 	byType := map[string][]caller.Config{}
 	for _, c := range confs {

@@ -27,8 +27,8 @@ type inventory struct {
 	holders []string // every request-id holding a device, usable or not
 }
 
-// devices asks one plugin for its inventory (DEVICES extension).
-func devices(ctx context.Context, c caller.Caller, conf caller.Config) ([]protocol.DeviceInfo, error) {
+// Devices asks one plugin for its inventory (the DEVICES extension).
+func Devices(ctx context.Context, c caller.Caller, conf caller.Config) ([]protocol.DeviceInfo, error) {
 	r, err := c.Extension(ctx, conf, protocol.CmdDevices)
 	if err != nil {
 		return nil, err

@@ -10,22 +10,9 @@ import (
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
-// This file shares the bridge's config and inventory rules with the DRA
-// mode (pkg/kubelet/dra), so that both modes load configs and read
-// inventories the same way.
-
-// Configs loads the plugin configs under dir, grouped by resource type,
-// keeping only types when any are given; each config without a cdi_spec
-// arg gets one of kind <vendor>/<type> in specDir. Problems are the
-// configs left out.
-func Configs(dir string, types []string, vendor, specDir string) (map[string][]caller.Config, []caller.Problem, error) {
-	return configs(dir, types, vendor, specDir)
-}
-
-// Devices asks one plugin for its inventory (the DEVICES extension).
-func Devices(ctx context.Context, c caller.Caller, conf caller.Config) ([]protocol.DeviceInfo, error) {
-	return devices(ctx, c, conf)
-}
+// This file shares the bridge's inventory rules with the DRA mode
+// (pkg/kubelet/dra), so that both modes read inventories the same way;
+// Configs and Devices serve both modes as they are.
 
 // Inventory is what the configs of one resource type offer: the usable
 // devices whose keys a pinned ADD can name, a key two configs report
@@ -55,7 +42,7 @@ func Merge(answers [][]protocol.DeviceInfo) Inventory {
 // nothing of the plugin.
 func Refresh(ctx context.Context, c caller.Caller, confs []caller.Config, mu *sync.Mutex, answers [][]protocol.DeviceInfo, failing []bool, log *slog.Logger) bool {
 	for i, conf := range confs {
-		devs, err := devices(ctx, c, conf)
+		devs, err := Devices(ctx, c, conf)
 		if ctx.Err() != nil {
 			return false
 		}
