@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -69,12 +70,7 @@ func New(opt Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{opt: opt, log: opt.Log}
-	types := make([]string, 0, len(byType))
-	for t := range byType {
-		types = append(types, t)
-	}
-	slices.Sort(types)
-	for _, t := range types {
+	for _, t := range slices.Sorted(maps.Keys(byType)) {
 		b.res = append(b.res, newResource(opt.Prefix+"/"+t, t, byType[t], opt.Caller, opt.Log, opt.Grace))
 	}
 	return b, nil
