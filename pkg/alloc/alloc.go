@@ -4,8 +4,9 @@
 // come in as data.
 //
 // The rules (docs/protocol.md#choice-rules). Without a NUMA request: span the
-// fewest NUMA nodes, then keep the devices closest to each other in the PCIe
-// tree, then take the lowest device indices. With a request: take devices on
+// fewest NUMA nodes, then keep the devices closest to each other by PCIe
+// link class (PIX, PXB, PHB, NODE, SYS: see closest), then take the lowest
+// device indices. With a request: take devices on
 // the listed nodes first; when they are not enough and the policy is not
 // strict, fill from the nodes nearest to the listed ones by the kernel's
 // distance matrix, nearest first; then PCIe closeness; then the lowest

@@ -56,6 +56,16 @@ var switches = []Candidate{
 	dev(3, 0, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:01.0"),
 }
 
+// server is one NUMA node, by link class: index 0 on the root bus (a BMC's
+// VGA), 1 behind root port 00:01.0, 2 and 3 on two downstream ports of one
+// switch below root port 00:03.0.
+var server = []Candidate{
+	dev(0, 0, "pci0000:00/0000:00:02.0"),
+	dev(1, 0, "pci0000:00/0000:00:01.0/0000:01:00.0"),
+	dev(2, 0, "pci0000:00/0000:00:03.0/0000:02:00.0/0000:03:00.0/0000:04:00.0"),
+	dev(3, 0, "pci0000:00/0000:00:03.0/0000:02:00.0/0000:03:01.0/0000:05:00.0"),
+}
+
 func TestChoose(t *testing.T) {
 	twoNodes := host(0, 0, 0, 0, 1, 1, 1, 1)
 	tests := []struct {
@@ -75,7 +85,35 @@ func TestChoose(t *testing.T) {
 		{"all", twoNodes, Request{N: 8}, []int{0, 1, 2, 3, 4, 5, 6, 7}, nil},
 
 		// PCIe closeness after the node count.
-		{"two under one port, not the lowest pair", switches, Request{N: 2}, []int{0, 2}, nil},
+		{"two under one switch (PIX), not the lowest pair", server, Request{N: 2}, []int{2, 3}, nil},
+		{"one port or two of one switch are both PIX: lowest indices", switches, Request{N: 2}, []int{0, 1}, nil},
+		{"root bus and root ports are all PHB: lowest indices, not fewest hops", []Candidate{
+			dev(0, 0, "pci0000:00/0000:00:01.0/0000:01:00.0"),
+			dev(1, 0, "pci0000:00/0000:00:03.0/0000:02:00.0"),
+			dev(2, 0, "pci0000:00/0000:00:02.0"),
+		}, Request{N: 2}, []int{0, 1}, nil},
+		{"PXB (two switches below one root port) before PHB", []Candidate{
+			dev(0, 0, "pci0000:00/0000:00:01.0/0000:01:00.0"),
+			dev(1, 0, "pci0000:00/0000:00:03.0/0000:02:00.0/0000:03:00.0/0000:04:00.0"),
+			dev(2, 0, "pci0000:00/0000:00:03.0/0000:02:00.0/0000:03:01.0/0000:05:00.0/0000:06:00.0/0000:07:00.0"),
+		}, Request{N: 2}, []int{1, 2}, nil},
+		{"PIX before PXB", []Candidate{
+			dev(0, 0, "pci0000:00/0000:00:03.0/0000:02:00.0/0000:03:00.0/0000:04:00.0"),
+			dev(1, 0, "pci0000:00/0000:00:03.0/0000:02:00.0/0000:03:01.0/0000:05:00.0/0000:06:00.0/0000:07:00.0"),
+			dev(2, 0, "pci0000:00/0000:00:03.0/0000:02:00.0/0000:03:01.0/0000:05:00.0/0000:06:01.0/0000:08:00.0"),
+		}, Request{N: 2}, []int{1, 2}, nil},
+		{"sum over pairs: one and three cross fewer SYS pairs than two and two", []Candidate{
+			dev(0, 0, "pci0000:00/0000:00:01.0/0000:01:00.0"),
+			dev(1, 0, "pci0000:40/0000:40:01.0/0000:41:00.0"),
+			dev(2, 1, "pci0000:80/0000:80:01.0/0000:81:00.0"),
+			dev(3, 1, "pci0000:c0/0000:c0:01.0/0000:c1:00.0"),
+			dev(4, 1, "pci0000:c0/0000:c0:03.0/0000:c2:00.0"),
+		}, Request{N: 4}, []int{0, 2, 3, 4}, nil},
+		{"NODE (two root complexes of one node) before SYS", []Candidate{
+			dev(0, 0, "pci0000:00/0000:00:01.0/0000:01:00.0"),
+			dev(1, 1, "pci0000:80/0000:80:01.0/0000:81:00.0"),
+			dev(2, 0, "pci0000:40/0000:40:01.0/0000:41:00.0"),
+		}, Request{N: 2, Locality: []int{0, 1}}, []int{0, 2}, nil},
 		{"one device ignores PCIe", switches, Request{N: 1}, []int{0}, nil},
 		{"three: a whole port and one more", switches, Request{N: 3}, []int{0, 1, 2}, nil},
 		{"fewest nodes before PCIe", []Candidate{
@@ -109,7 +147,7 @@ func TestChoose(t *testing.T) {
 		// Locality: listed nodes first.
 		{"locality honoured", twoNodes, Request{N: 2, Locality: []int{1}}, []int{4, 5}, nil},
 		{"locality any listed node", twoNodes, Request{N: 3, Locality: []int{3, 1}}, []int{4, 5, 6}, nil},
-		{"locality then PCIe", append(slices.Clone(switches), dev(9, 1, "")), Request{N: 2, Locality: []int{0}}, []int{0, 2}, nil},
+		{"locality then PCIe", append(slices.Clone(server), dev(9, 1, "")), Request{N: 2, Locality: []int{0}}, []int{2, 3}, nil},
 		{"strict refuses", twoNodes, Request{N: 5, Locality: []int{1}, Strict: true}, nil, ErrLocality},
 		{"strict refuses even with distances", twoNodes, Request{N: 5, Locality: []int{1}, Strict: true, Distances: ring}, nil, ErrLocality},
 		{"strict satisfied", twoNodes, Request{N: 4, Locality: []int{0}, Strict: true}, []int{0, 1, 2, 3}, nil},
@@ -132,11 +170,12 @@ func TestChoose(t *testing.T) {
 		{"equally near nodes: fewest of them", host(2, 3, 3, 0), Request{N: 3, Locality: []int{0}, Distances: Distances{
 			0: {0: 10, 1: 20, 2: 20, 3: 20}, 1: {0: 20, 1: 10, 2: 20, 3: 20}, 2: {0: 20, 1: 20, 2: 10, 3: 20}, 3: {0: 20, 1: 20, 2: 20, 3: 10},
 		}}, []int{1, 2, 3}, nil},
-		{"fill closest in PCIe to what the listed nodes gave", []Candidate{
+		{"fill the closest set from the nearest node", []Candidate{
 			dev(0, 1, "pci0000:80/0000:80:01.0/0000:81:00.0"),
-			dev(1, 1, "pci0000:00/0000:00:01.0/0000:01:00.0"),
-			dev(2, 0, "pci0000:00/0000:00:01.0/0000:01:00.1"),
-		}, Request{N: 2, Locality: []int{0}, Distances: Distances{0: {0: 10, 1: 20}, 1: {0: 20, 1: 10}}}, []int{1, 2}, nil},
+			dev(1, 1, "pci0000:80/0000:80:02.0/0000:82:00.0"),
+			dev(2, 1, "pci0000:80/0000:80:02.0/0000:82:00.1"),
+			dev(3, 0, "pci0000:00/0000:00:01.0/0000:01:00.1"),
+		}, Request{N: 3, Locality: []int{0}, Distances: Distances{0: {0: 10, 1: 20}, 1: {0: 20, 1: 10}}}, []int{1, 2, 3}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,12 +223,12 @@ func TestNeeds(t *testing.T) {
 
 // Discovery order does not matter: candidates are ranked by index.
 func TestChooseUnsorted(t *testing.T) {
-	c := []Candidate{switches[3], switches[1], switches[2], switches[0]}
+	c := []Candidate{server[3], server[1], server[2], server[0]}
 	pos, err := Choose(c, Request{N: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := indices(c, pos); !reflect.DeepEqual(got, []int{0, 2}) {
+	if got := indices(c, pos); !reflect.DeepEqual(got, []int{2, 3}) {
 		t.Fatalf("chose %v", got)
 	}
 }
@@ -222,44 +261,40 @@ func distinct(t *testing.T, pos []int, n int) {
 	}
 }
 
-// pathDistance is the rule as docs/protocol.md states it, written
-// independently of the tree search: hops up to the lowest common upstream
-// bridge and down again; under different root complexes, joined depth hops
-// above them; a device of unknown place as alone under a root complex of
-// its own, depth deep.
-func pathDistance(a, b []string, depth int) int {
-	hops := func(p []string) int {
-		if len(p) < 2 {
-			return depth
-		}
-		return len(p) - 1
+// linkClass is the rule as docs/protocol.md states it, written apart
+// from the tree search: SYS (5) across NUMA nodes; NODE (4) across root
+// complexes, or for a device of unknown place; PHB (3) across root ports
+// (a function on the root bus counting as its own); PIX (1) when the
+// function two links above each is the same one (a switch's upstream port
+// above two of its downstream ports; the root port for devices on its own
+// link); else PXB (2). Two devices on one function are 0.
+func linkClass(a, b Candidate) int {
+	group := func(p []string) string { return p[max(1, len(p)-3)] }
+	switch {
+	case a.NUMA != b.NUMA:
+		return 5
+	case len(a.PCIe) < 2 || len(b.PCIe) < 2 || a.PCIe[0] != b.PCIe[0]:
+		return 4
+	case slices.Equal(a.PCIe, b.PCIe):
+		return 0
+	case a.PCIe[1] != b.PCIe[1]:
+		return 3
+	case group(a.PCIe) == group(b.PCIe):
+		return 1
 	}
-	if len(a) < 2 || len(b) < 2 || a[0] != b[0] {
-		return hops(a) + hops(b) + 2*depth
-	}
-	common := 0
-	for common < len(a) && common < len(b) && a[common] == b[common] {
-		common++
-	}
-	return len(a) + len(b) - 2*common
+	return 2
 }
 
 // bruteForce finds the best set of n by trying every subset on one NUMA
-// node: smallest sum of pairwise distances, then lowest indices.
+// node: smallest sum of pairwise link classes, then lowest indices.
 func bruteForce(c []Candidate, n int) []int {
-	depth := 0
-	for _, d := range c {
-		if len(d.PCIe) >= 2 {
-			depth = max(depth, len(d.PCIe)-1)
-		}
-	}
 	var best []int
 	bestCost := -1
 	combinations(len(c), n, func(set []int) {
 		cost := 0
 		for i := range set {
 			for j := i + 1; j < len(set); j++ {
-				cost += pathDistance(c[set[i]].PCIe, c[set[j]].PCIe, depth)
+				cost += linkClass(c[set[i]], c[set[j]])
 			}
 		}
 		if bestCost < 0 || cost < bestCost {
@@ -270,7 +305,8 @@ func bruteForce(c []Candidate, n int) []int {
 }
 
 // randomTree returns m devices on one node, at random places in a small
-// PCIe forest, some of unknown place, some sharing a function.
+// PCIe forest, some of unknown place, some sharing a function. A
+// function's name spells its path, as PCI addresses are unique on a host.
 func randomTree(r *rand.Rand, m int) []Candidate {
 	var c []Candidate
 	for i := range m {
@@ -280,7 +316,7 @@ func randomTree(r *rand.Rand, m int) []Candidate {
 		}
 		path := []string{fmt.Sprintf("pci0000:%02x", r.IntN(2))}
 		for depth := 1 + r.IntN(4); len(path) <= depth; {
-			path = append(path, fmt.Sprintf("f%d", r.IntN(3)))
+			path = append(path, fmt.Sprintf("%s.%d", path[len(path)-1], r.IntN(3)))
 		}
 		c = append(c, Candidate{Index: i, NUMA: 0, PCIe: path})
 	}
@@ -318,15 +354,15 @@ func bigHost() []Candidate {
 	return c
 }
 
-// On a big host, a request whose first devices are taken lands under one
-// downstream port, then one switch.
+// On a big host, a request lands under one switch (PIX) rather than take
+// the lowest free devices across two.
 func TestChooseBigHost(t *testing.T) {
 	c := bigHost()
-	free := c[1:] // device 0 is held: the lowest 4 would straddle two ports
+	free := c[30:] // devices 0-29 are held: switch 0 has two free
 	for _, tt := range []struct {
 		n     int
 		first int
-	}{{2, 1}, {4, 4}, {8, 4}, {16, 4}} {
+	}{{2, 30}, {4, 32}, {8, 32}, {16, 32}, {32, 32}} {
 		pos, err := Choose(free, Request{N: tt.n})
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,6 @@ const maxCombinations = 4096
 type chooser struct {
 	cands []Candidate
 	pos   []int // pos[rank] is the position in cands
-	depth int   // hops from its root complex to the deepest known device
 	flat  bool  // no device has a known PCIe place: closeness never differs
 	steps int   // search budget left (see budget)
 	spent bool  // the budget ran out: PCIe closeness is skipped
@@ -33,9 +32,8 @@ func newChooser(cands []Candidate) *chooser {
 		if i > 0 && cands[i].Index < cands[i-1].Index {
 			sorted = false
 		}
-		if d := len(cands[i].PCIe) - 1; d >= 1 {
+		if len(cands[i].PCIe) >= 2 {
 			c.flat = false
-			c.depth = max(c.depth, d)
 		}
 	}
 	if !sorted { // discovery usually lists devices in index order already

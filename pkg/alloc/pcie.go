@@ -1,6 +1,9 @@
 package alloc
 
-import "slices"
+import (
+	"slices"
+	"strconv"
+)
 
 // budget bounds the PCIe search of one Choose call, in steps: a tree level
 // walked, a pair of partial choices compared, a device copied. Within it the
@@ -37,14 +40,17 @@ func (c *chooser) spend(n int) {
 // the PCIe tree to each other and to fixed, the lowest indices among
 // equals; lowest, when the budget runs out.
 //
-// The distance of two devices is the number of hops between them in the
-// PCIe tree: up to their lowest common upstream bridge and down again.
-// Devices under different root complexes count as joined depth hops above
-// their root complexes, depth being the deepest device's distance from its
-// root complex, so they are farther apart than any pair that shares one. A
-// device of unknown place counts as alone under a root complex of its own,
-// as deep as the deepest device.
+// Closeness is by link class, as nvidia-smi topo ranks pairs: PIX (at most
+// one PCIe switch between them), PXB (several bridges below one root
+// port), PHB (one root complex: the path crosses its host bridge, whether
+// a device sits on the root bus or behind a root port), NODE (two root
+// complexes, or a device of unknown place, on one NUMA node) and SYS (two
+// NUMA nodes), worth 1 to 5. Two devices on one PCI function (ttys of one
+// USB controller) are worth 0. The set with the smallest sum over its
+// pairs wins.
 //
+// The classes are levels of one tree (see pcie), every device five unit
+// edges below its root, so a pair's class is half the hops between them.
 // On a tree, the sum of pairwise distances is the sum over edges of
 // weight × (devices below) × (devices above), so a dynamic program over the
 // tree finds the best set of each size in each subtree exactly.
@@ -81,24 +87,30 @@ type tnode struct {
 	index map[string]int32
 }
 
-// pcie builds the tree on first use: the root, then each device's path
-// below it; each device of unknown place on a leaf of its own, 2×depth
-// below the root.
+// pcie builds the class tree on first use. Below the root, each device
+// sits at depth five: its NUMA node, its root complex, its root port (or
+// its own function, on the root bus), its PIX group (the function two
+// above it: a switch's upstream port for a device on one of the switch's
+// downstream ports; the root port for a device on the root port's own
+// link) and its own function. A device of unknown place hangs alone below
+// its NUMA node by an edge of four. PCI function names are unique on a
+// host, so a name identifies one function at whatever level.
 func (c *chooser) pcie() *trie {
 	if c.tree != nil {
 		return c.tree
 	}
-	t := &trie{nodes: make([]tnode, 0, len(c.cands)+len(c.cands)/2+8), at: make([]int32, len(c.cands)), next: make([]int32, len(c.cands))}
+	t := &trie{nodes: make([]tnode, 0, 2*len(c.cands)+8), at: make([]int32, len(c.cands)), next: make([]int32, len(c.cands))}
 	t.add(-1, "", 0)
 	for rk := range c.pos {
-		path := c.at(int32(rk)).PCIe
-		c.spend(len(path) + 1)
-		var v int32
+		cand := c.at(int32(rk))
+		path := cand.PCIe
+		c.spend(5)
+		v := t.child(0, strconv.Itoa(cand.NUMA), 1)
 		if len(path) < 2 || path[0] == "" {
-			v = t.add(0, "", 2*int64(c.depth))
+			v = t.add(v, "", 4)
 		} else {
-			v = t.child(0, path[0], int64(c.depth))
-			for _, name := range path[1:] {
+			k := len(path) - 1
+			for _, name := range [...]string{path[0], path[1], path[max(1, k-2)], path[k]} {
 				v = t.child(v, name, 1)
 			}
 		}
@@ -230,10 +242,9 @@ type table struct {
 func (t table) hi() int { return t.lo + len(t.best) - 1 }
 
 // solve returns the table of v's subtree, its edge to the parent excluded.
-// Kids that are leaves holding one free device each are interchangeable
-// but for their indices (all kids of a node have equal edges, but for the
-// root's, where leaves are the devices of unknown place): they are taken
-// as one bundle, lowest first, instead of one merge each.
+// Kids that are leaves holding one free device each, on edges of equal
+// weight, are interchangeable but for their indices: they are taken as one
+// bundle, lowest first, instead of one merge each.
 func (s *search) solve(v int32) table {
 	var acc table
 	var base int64 // cost of kids holding only fixed devices
@@ -250,7 +261,7 @@ func (s *search) solve(v int32) table {
 		case free == 0:
 			sub := s.solve(k)
 			base += sub.best[0].cost + kid.up*fixed*(s.total-fixed)
-		case free == 1 && fixed == 0 && kid.head < 0:
+		case free == 1 && fixed == 0 && kid.head < 0 && (leaves == nil || kid.up == leafUp):
 			if leaves == nil {
 				leaves = s.c.ranks.make(int(s.t.nodes[v].kids))[:0]
 			}

@@ -66,6 +66,7 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, free func(string) 
 	}
 	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
 	if a.pool.Handout == nil {
+		al.Nodes = a.pool.arrange(nodes)
 		for j, d := range chosen {
 			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: nodes[j], NUMA: a.pool.numa(ctx, a.call, d)})
 		}
@@ -83,6 +84,37 @@ func (a *adder) allocate(ctx context.Context, item abnf.Item, free func(string) 
 		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: a.pool.numa(ctx, a.call, d)})
 	}
 	return al, nil
+}
+
+// arrange takes the shared nodes (Pool.Shared) out of each device's nodes,
+// in place, and returns the allocation's node list: every device's own
+// nodes in order, then each shared node once, in Pool.Shared's order. It
+// returns nil, changing nothing, when no device brings a shared node:
+// the allocation's nodes are then its devices' (store.Allocation.Nodes).
+func (p Pool) arrange(nodes [][]string) []string {
+	brought := make([]bool, len(p.Shared))
+	some := false
+	for _, own := range nodes {
+		for _, n := range own {
+			if i := slices.Index(p.Shared, n); i >= 0 {
+				brought[i], some = true, true
+			}
+		}
+	}
+	if !some {
+		return nil
+	}
+	var out []string
+	for j, own := range nodes {
+		nodes[j] = slices.DeleteFunc(own, func(n string) bool { return slices.Contains(p.Shared, n) })
+		out = append(out, nodes[j]...)
+	}
+	for i, n := range p.Shared {
+		if brought[i] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // choose picks the devices of one request item and, unless a Handout hook

@@ -69,6 +69,10 @@ type Pool struct {
 	Spec *cdispec.Config
 	// Strict makes a requested NUMA locality mandatory (code 105).
 	Strict bool
+	// Shared lists, in handout order, host-wide nodes that a device's
+	// Resolve may return besides its own (drm's /dev/kfd, /dev/nvidiactl):
+	// an allocation hands each out once, after every device's own nodes.
+	Shared []string
 	// Discover returns the usable devices present now, in any order.
 	Discover func(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error)
 	// Capacity, when set, answers INFO instead of counting what Discover

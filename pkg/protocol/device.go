@@ -19,4 +19,8 @@ type DeviceInfo struct {
 	// the device, root port first.
 	PCIeRoot    string   `json:"pcieRoot,omitempty"`
 	PCIeBridges []string `json:"pcieBridges,omitempty"`
+	// PCIeSwitch is the device's PCIe switch: the topmost bridge below its
+	// root port (the switch's upstream port), absent for a device on the
+	// root bus or on its root port's own link.
+	PCIeSwitch string `json:"pcieSwitch,omitempty"`
 }

@@ -7,7 +7,6 @@ package sysfs
 
 import (
 	"fmt"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -180,24 +179,7 @@ func (h *Host) CheckNode(devname, sysDir string) error {
 // checkNode is CheckNode with the device number sysfs gives, when the
 // caller has it already ("" reads the dev attribute).
 func (h *Host) checkNode(devname, sysDir, want string) error {
-	var st unix.Stat_t
-	p := h.Dev(devname)
-	if err := unix.Lstat(p, &st); err != nil {
-		return &os.PathError{Op: "lstat", Path: p, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
-		return fmt.Errorf("/dev/%s is not a character device (mode %#o)", devname, st.Mode&unix.S_IFMT)
-	}
-	if want == "" {
-		var err error
-		if want, err = ReadAttr(filepath.Join(sysDir, "dev")); err != nil {
-			return err
-		}
-	}
-	if got := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)); got != want {
-		return fmt.Errorf("/dev/%s is device %s, but sysfs says %s", devname, got, want)
-	}
-	return nil
+	return h.checkChar(devname, want, sysDir, "sysfs")
 }
 
 // ResolveNode returns the container-facing path ("/dev/...", without the

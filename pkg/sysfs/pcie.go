@@ -69,6 +69,16 @@ func (p PCIe) Bridges(self string) []string {
 	return p.Path
 }
 
+// Switch is the device's PCIe switch: the topmost bridge below its root
+// port (a switch's upstream port), "" for a device on the root bus or on
+// its root port's own link (self is its PCI address, as for Bridges).
+func (p PCIe) Switch(self string) string {
+	if b := p.Bridges(self); len(b) >= 2 {
+		return b[1]
+	}
+	return ""
+}
+
 // Place reads where the device at a resolved sysfs path sits: the NUMA node
 // of the PCI function it is or hangs off (-1 when unknown), and its PCIe
 // place.

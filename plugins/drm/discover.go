@@ -16,9 +16,9 @@ type gpu struct {
 	minors []minor // the device's minors of the wanted kinds, in handout order
 }
 
-// judge applies the config to the facts: the devices that have nodes of
-// the wanted kinds, in preference order, each usable (with its nodes) or
-// with the reason it is not. It reads nothing from the host.
+// judge applies the config to the facts: every device with a DRM node, in
+// preference order, each usable (with its nodes) or with the reason it is
+// not. It reads nothing from the host.
 func judge(facts []fact, f filter) []gpu {
 	out := make([]gpu, 0, len(facts))
 	for i := range facts {
@@ -33,20 +33,62 @@ func judge(facts []fact, f filter) []gpu {
 	return out
 }
 
-// judge judges one device; false when it has no node of the wanted kinds
-// (the config does not see it at all). The device's nodes are left for
-// the caller to build.
+// judge judges one device; false when it has no DRM node at all. A device
+// is usable only with a node of every wanted kind in /dev, so a display
+// adapter without a render node (a BMC's) is no GPU to the default config.
+// The device's nodes are left for the caller to build.
 func (f filter) judge(ft *fact) (gpu, bool) {
-	minors := f.wanted(ft.minors)
-	if len(minors) == 0 {
+	if len(ft.minors) == 0 {
 		return gpu{}, false
 	}
-	g := gpu{Device: pool.Device{Key: ft.key(), Index: order(minors), NUMA: ft.numa}, fact: ft, minors: minors}
+	minors := f.wanted(ft.minors)
+	first := minors
+	if len(first) == 0 {
+		first = allKinds.wanted(ft.minors)
+	}
+	g := gpu{Device: pool.Device{Key: ft.key(), Index: order(first), NUMA: ft.numa}, fact: ft, minors: minors}
 	g.Reason = f.check(ft, g.Device.Key)
-	if g.Reason == "" && !slices.ContainsFunc(minors, func(m minor) bool { return m.inDev }) {
-		g.Reason = "wanted device node missing from /dev"
+	if g.Reason == "" {
+		g.Reason = f.missing(ft.minors)
 	}
 	return g, true
+}
+
+// allKinds wants every kind of node, in handout order.
+var allKinds = filter{wants: [3]bool{true, true, true}}
+
+// missing says which wanted node the device lacks, in the config's order;
+// "" when it has one of each kind in /dev.
+func (f filter) missing(minors []minor) string {
+	for _, kind := range f.want {
+		k := kindOf(kind)
+		has, inDev := false, false
+		for _, m := range minors {
+			if m.kind == k {
+				has, inDev = true, inDev || m.inDev
+			}
+		}
+		switch {
+		case !has && k == kindRender:
+			return "no render node: a display-only adapter"
+		case !has:
+			return "no " + kind + " node"
+		case !inDev:
+			return "wanted device node missing from /dev"
+		}
+	}
+	return ""
+}
+
+// mask is the set of wanted kinds, bit 1<<kind.
+func (f filter) mask() int {
+	var mask int
+	for k, w := range f.wants {
+		if w {
+			mask |= 1 << k
+		}
+	}
+	return mask
 }
 
 // count is judge for INFO: how many devices the encoded facts (the cache)
@@ -55,22 +97,23 @@ func (f filter) judge(ft *fact) (gpu, bool) {
 func count(enc []byte, f filter) (int, error) {
 	d := decoder{b: enc}
 	d.byte() // full or not: INFO needs no more than the scan always reads
-	n, usable := d.count(), 0
+	n, usable, mask := d.count(), 0, f.mask()
 	for range n {
 		sys, flags, vendor, device := d.bytes(), d.byte(), d.bytes(), d.bytes()
 		d.int() // NUMA node
 		if len(sys) == 0 {
 			d.bad = true
 		}
-		node := false // a wanted node is in /dev
+		kinds := 0 // the kinds of node in /dev
 		for range d.count() {
-			m := d.minor()
-			node = node || f.wants[m.kind] && m.inDev
+			if m := d.minor(); m.inDev {
+				kinds |= 1 << m.kind
+			}
 		}
 		if d.bad {
 			return 0, errFacts
 		}
-		if node && reason(f, flags, keyOf(sys, flags), vendor, device) == "" {
+		if kinds&mask == mask && reason(f, flags, keyOf(sys, flags), vendor, device) == "" {
 			usable++
 		}
 	}

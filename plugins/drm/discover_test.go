@@ -68,19 +68,25 @@ func TestInventoryReasons(t *testing.T) {
 		vendor  = "vendor not in vendorid_whitelist"
 		device  = "device not in deviceid_whitelist"
 		notAddr = "not in pci_addresses"
+		display = "no render node: a display-only adapter"
+		noCtl   = "no control node"
 	)
 	tests := []struct {
 		args string
 		want map[string]string // key → reason, "" for usable
 	}{
-		{`{}`, map[string]string{"0000:03:00.0": "", "0000:04:00.0": "", "0000:05:00.0": pf, "0000:05:00.1": vf, "0000:06:00.0": noNode, platformKey: ""}},
+		{`{}`, map[string]string{"0000:03:00.0": "", "0000:04:00.0": "", "0000:05:00.0": pf, "0000:05:00.1": vf, "0000:06:00.0": noNode, platformKey: display}},
+		{`{"want_device_nodes":["primary"]}`, map[string]string{"0000:03:00.0": "", "0000:04:00.0": "", "0000:05:00.0": pf, "0000:05:00.1": vf, "0000:06:00.0": noNode, platformKey: ""}},
 		{`{"vendorid_whitelist":["0x10DE"]}`, map[string]string{"0000:03:00.0": "", "0000:04:00.0": vendor, "0000:05:00.0": vendor, "0000:05:00.1": vendor,
 			"0000:06:00.0": noNode, platformKey: "not a PCI device (id whitelist set)"}},
 		{`{"deviceid_whitelist":["0x73bf"]}`, map[string]string{"0000:03:00.0": device, "0000:04:00.0": "", "0000:05:00.0": device, "0000:05:00.1": device,
 			"0000:06:00.0": device, platformKey: "not a PCI device (id whitelist set)"}},
 		{`{"pci_addresses":["0000:05:00.1","0000:06:00.0"]}`, map[string]string{"0000:03:00.0": notAddr, "0000:04:00.0": notAddr, "0000:05:00.0": notAddr,
 			"0000:05:00.1": "", "0000:06:00.0": noNode, platformKey: notAddr}},
-		{`{"want_device_nodes":["control"]}`, map[string]string{"0000:04:00.0": ""}},
+		{`{"want_device_nodes":["control"]}`, map[string]string{"0000:03:00.0": noCtl, "0000:04:00.0": "", "0000:05:00.0": pf, "0000:05:00.1": vf,
+			"0000:06:00.0": noCtl, platformKey: noCtl}},
+		{`{"want_device_nodes":["primary","render","control"]}`, map[string]string{"0000:03:00.0": noCtl, "0000:04:00.0": "", "0000:05:00.0": pf, "0000:05:00.1": vf,
+			"0000:06:00.0": noNode, platformKey: display}},
 	}
 	facts, err := scan(h, true)
 	if err != nil {
@@ -195,9 +201,9 @@ func TestScanFull(t *testing.T) {
 				got[g.Device.Key] = fmt.Sprintf("%s numa=%d", g.fact.vendor, g.Device.NUMA)
 			}
 		}
-		want := map[string]string{"0000:03:00.0": " numa=-1", "0000:04:00.0": " numa=-1", platformKey: " numa=-1"}
+		want := map[string]string{"0000:03:00.0": " numa=-1", "0000:04:00.0": " numa=-1"}
 		if full {
-			want = map[string]string{"0000:03:00.0": "0x10de numa=0", "0000:04:00.0": "0x1002 numa=1", platformKey: " numa=-1"}
+			want = map[string]string{"0000:03:00.0": "0x10de numa=0", "0000:04:00.0": "0x1002 numa=1"}
 		}
 		if !maps.Equal(got, want) {
 			t.Errorf("full=%v: got %v, want %v", full, got, want)
@@ -272,7 +278,7 @@ func TestTally(t *testing.T) {
 				}
 			}
 			n, err := count(enc, f)
-			if got := tl.usable(f.wants); err != nil || got != n || got != usable {
+			if got := tl.usable(f.mask()); err != nil || got != n || got != usable {
 				t.Errorf("full=%v %v: tally %d, count %d %v, judge %d", full, want, got, n, err, usable)
 			}
 		}
@@ -298,7 +304,7 @@ func FuzzTally(f *testing.F) {
 		if again, err := decodeTally(tl.encode()); err != nil || again != tl {
 			t.Fatalf("re-encoding changed the tally: %v %v", again, err)
 		}
-		if n := tl.usable([3]bool{true, true, true}); n < 0 {
+		if n := tl.usable(allKinds.mask()); n < 0 {
 			t.Fatalf("usable = %d", n)
 		}
 	})
@@ -334,7 +340,7 @@ func FuzzFacts(f *testing.F) {
 		if n != usable {
 			t.Fatalf("count %d, judge %d", n, usable)
 		}
-		if got := tallyOf(facts).usable([3]bool{true}); got != n {
+		if got := tallyOf(facts).usable(1 << kindPrimary); got != n {
 			t.Fatalf("tally %d, count %d", got, n)
 		}
 	})
@@ -354,7 +360,7 @@ func TestPluginDiscover(t *testing.T) {
 		keys = append(keys, d.Key)
 	}
 	slices.Sort(keys)
-	if want := []string{platformKey, "0000:03:00.0", "0000:04:00.0"}; !slices.Equal(keys, want) {
+	if want := []string{"0000:03:00.0", "0000:04:00.0"}; !slices.Equal(keys, want) { // not the display-only platformKey
 		t.Errorf("discover = %v, want %v", keys, want)
 	}
 	infos, err := p.inventory(t.Context(), nil)
@@ -379,7 +385,7 @@ func TestCapacityFromHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := makePlugin(h.Root, t.TempDir(), filterOf(t, `{}`))
-	if n, err := p.capacity(t.Context(), nil); err != nil || n != 3 {
+	if n, err := p.capacity(t.Context(), nil); err != nil || n != 2 {
 		t.Fatalf("INFO on a miss = %d %v", n, err)
 	}
 	good, err := os.ReadFile(p.cache.Path())
@@ -391,7 +397,7 @@ func TestCapacityFromHead(t *testing.T) {
 	if err := os.WriteFile(p.cache.Path(), bad, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := p.capacity(t.Context(), nil); err != nil || n != 3 {
+	if n, err := p.capacity(t.Context(), nil); err != nil || n != 2 {
 		t.Fatalf("INFO from the head = %d %v", n, err)
 	}
 	if now, _ := os.ReadFile(p.cache.Path()); !bytes.Equal(now, bad) {

@@ -29,6 +29,8 @@ const (
 	gone               // the class link dangles: no device directory
 	isVF               // an SR-IOV VF (it has a physfn link)
 	hasVFs             // an SR-IOV PF with VFs enabled
+	byAMD              // bound to amdgpu (read by a full scan)
+	byNVIDIA           // bound to nvidia (read by a full scan)
 )
 
 // minor is one DRM node of a device.
@@ -127,6 +129,12 @@ func (f *fact) readPCI(dir *sysfs.Dir, full bool) {
 		f.vendor = lower(dir.Attr("vendor"))
 		f.device = lower(dir.Attr("device"))
 		f.numa = dir.NUMA()
+		switch dir.LinkBase("driver") {
+		case "amdgpu":
+			f.flags |= byAMD
+		case "nvidia":
+			f.flags |= byNVIDIA
+		}
 	}
 }
 
@@ -169,7 +177,7 @@ func encodeFacts(facts []fact, full bool) []byte {
 // tally is the summary the cache keeps with the facts, for INFO under a
 // config that filters by node kind only: the devices such a config would
 // hand out, by the set of node kinds they have in /dev (bit 1<<kind). A
-// config that wants some kinds counts every set that has one of them. It
+// config that wants some kinds counts every set that has all of them. It
 // is as config-independent as the facts, and its size does not grow with
 // them.
 type tally [1 << 3]int
@@ -195,15 +203,10 @@ func tallyOf(facts []fact) tally {
 
 // usable is how many devices a config wanting these node kinds would hand
 // out.
-func (t tally) usable(wants [3]bool) int {
-	var mask, n int
-	for k, w := range wants {
-		if w {
-			mask |= 1 << k
-		}
-	}
+func (t tally) usable(mask int) int {
+	var n int
 	for kinds, c := range t {
-		if kinds&mask != 0 {
+		if kinds&mask == mask {
 			n += c
 		}
 	}

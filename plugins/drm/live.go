@@ -10,7 +10,7 @@ import (
 // factsVersion names the meaning of the cached facts; change it whenever
 // scan learns something new or differently, so that older files are
 // rebuilt.
-const factsVersion = "drm facts 2"
+const factsVersion = "drm facts 3"
 
 // newCache returns the plugin's discovery cache for a host.
 func newCache(stateDir string, h *sysfs.Host) cache.Cache {
@@ -93,9 +93,11 @@ func (p *plugin) scan(st *cache.Stamp, full bool) ([]fact, []byte, error) {
 // each of its nodes' class entry still leads to the device directory the
 // facts name, and the node in /dev is the character device sysfs
 // describes (under uevent's DEVNAME when it has one). It returns the
-// nodes to hand out.
+// nodes to hand out: the DRM nodes in want_device_nodes order, then, with
+// companion_nodes "auto", the vendor's nodes (companion.go), the GPU's
+// own before the shared ones.
 func (p *plugin) resolver(g gpu) func() ([]string, error) {
-	h, sys, minors := &p.host, g.fact.sys, g.minors
+	h, ft, sys, minors := &p.host, g.fact, g.fact.sys, g.minors
 	return func() ([]string, error) {
 		dir := h.Path(sys)
 		var nodes []string
@@ -113,7 +115,14 @@ func (p *plugin) resolver(g gpu) func() ([]string, error) {
 				break
 			}
 		}
-		return nodes, nil
+		if !p.filter.companions {
+			return nodes, nil
+		}
+		more, err := p.companions.of(ft)
+		if err != nil {
+			return nil, err
+		}
+		return append(nodes, more...), nil
 	}
 }
 

@@ -23,6 +23,7 @@ type args struct {
 	DeviceIDWhitelist []string `json:"deviceid_whitelist"`
 	PCIAddresses      []string `json:"pci_addresses"`
 	NUMAPolicy        string   `json:"numa_policy"`
+	CompanionNodes    string   `json:"companion_nodes"`
 }
 
 // filter is the validated form of args.
@@ -32,6 +33,8 @@ type filter struct {
 	vendors map[string]bool // lower-case "0x...."; nil for any
 	devices map[string]bool
 	addrs   map[string]bool // nil for any (VFs then excluded)
+	// companions hands out each GPU's vendor nodes (companion_nodes "auto").
+	companions bool
 }
 
 // kindsOnly reports whether the filter picks devices by node kind alone
@@ -50,7 +53,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := makePlugin(c.Env.HostRoot, c.Env.StateDir, f)
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Capacity: p.capacity,
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Shared: sharedNodes, Discover: p.discover, Capacity: p.capacity,
 		Inventory: p.inventory, Place: p.place}
 	return p, nil
 }
@@ -61,6 +64,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 func makePlugin(root, stateDir string, f filter) *plugin {
 	p := &plugin{host: sysfs.Host{Root: root}, filter: f}
 	p.cache = newCache(stateDir, &p.host)
+	p.companions.host = &p.host
 	return p
 }
 
@@ -83,6 +87,13 @@ func (a args) validate() (filter, bool, error) {
 	for _, k := range f.want {
 		f.wants[kindOf(k)] = true
 	}
+	switch a.CompanionNodes {
+	case "", companionsAuto:
+		f.companions = true
+	case companionsNone:
+	default:
+		return f, false, fmt.Errorf("companion_nodes: %q is neither %q nor %q", a.CompanionNodes, companionsAuto, companionsNone)
+	}
 	var err error
 	if f.vendors, err = sysfs.IDSet("vendorid_whitelist", a.VendorIDWhitelist); err != nil {
 		return f, false, err
@@ -99,9 +110,10 @@ func (a args) validate() (filter, bool, error) {
 
 type plugin struct {
 	pool.Pool
-	host   sysfs.Host
-	filter filter
-	cache  cache.Cache
+	host       sysfs.Host
+	filter     filter
+	cache      cache.Cache
+	companions companions
 }
 
 // discover returns the usable devices, from the cache when it is fresh.
@@ -136,7 +148,7 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 func (p *plugin) capacity(context.Context, *skel.Call) (int, error) {
 	if p.filter.kindsOnly() {
 		t, err := p.tally()
-		return t.usable(p.filter.wants), err
+		return t.usable(p.filter.mask()), err
 	}
 	full := p.filter.vendors != nil || p.filter.devices != nil
 	enc, err := p.encoded(full, false)
@@ -161,21 +173,23 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 	gpus := judge(facts, p.filter)
 	out := make([]protocol.DeviceInfo, len(gpus))
 	for i, g := range gpus {
-		nodes := g.Device.Nodes
+		var nodes []string
 		if g.Reason == "" {
-			if _, err := p.resolver(g)(); err != nil {
+			var err error
+			if nodes, err = p.resolver(g)(); err != nil {
 				g.Reason = err.Error() // ADD would not hand it out
 			}
 		}
 		if g.Reason != "" {
-			nodes = make([]string, len(g.minors)) // what the device has, for people to see
-			for j, m := range g.minors {
+			all := allKinds.wanted(g.fact.minors) // what the device has, for people to see
+			nodes = make([]string, len(all))
+			for j, m := range all {
 				nodes[j] = "/dev/dri/" + m.name()
 			}
 		}
 		pcie := sysfs.ParsePCIe(g.fact.sys)
 		out[i] = protocol.DeviceInfo{Key: g.Device.Key, Nodes: nodes, NUMA: g.fact.numa, Usable: g.Reason == "", Reason: g.Reason,
-			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key)}
+			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key), PCIeSwitch: pcie.Switch(g.Device.Key)}
 		if g.fact.flags&isPCI != 0 {
 			out[i].VendorID, out[i].DeviceID = g.fact.vendor, g.fact.device
 		}

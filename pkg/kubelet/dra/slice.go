@@ -22,6 +22,7 @@ const (
 	attrNUMA       resourceapi.QualifiedName = "numaNode"
 	attrPCIAddress resourceapi.QualifiedName = "pciAddress"
 	attrVendorID   resourceapi.QualifiedName = "vendorId"
+	attrPCIeSwitch resourceapi.QualifiedName = "pcieSwitch" // the switch's upstream port, "0000:17:00.0"
 	attrDeviceID   resourceapi.QualifiedName = "deviceId"
 )
 
@@ -98,6 +99,9 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 	}
 	if dev.PCIeRoot != "" { // the kernel's name, "pci0000:00", is the standard's form
 		a[deviceattribute.StandardDeviceAttributePCIeRoot] = str(dev.PCIeRoot)
+	}
+	if dev.PCIeSwitch != "" {
+		a[attrPCIeSwitch] = str(dev.PCIeSwitch)
 	}
 	return a
 }
