@@ -104,7 +104,7 @@ func (a *app) devices(args []string) int {
 		}
 		return err
 	})
-	a.report("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSTATE", func() [][]string { return deviceRows(out) },
+	a.report("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSWITCH\tSTATE", func() [][]string { return deviceRows(out) },
 		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "plugins", Value: out})
 	return status(failed)
 }
@@ -134,9 +134,9 @@ func deviceRows(out []devicesEntry) [][]string {
 	for _, e := range out {
 		switch {
 		case e.Error != nil:
-			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", e.Error.String()})
+			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "-", e.Error.String()})
 		case e.NoInventory:
-			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "no inventory (DEVICES unsupported)"})
+			rows = append(rows, []string{e.Type, e.Plugin, "-", "-", "-", "-", "-", "-", "no inventory (DEVICES unsupported)"})
 		}
 		for _, d := range e.Devices {
 			id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")
@@ -158,7 +158,7 @@ func deviceRows(out []devicesEntry) [][]string {
 			case !d.Usable:
 				state = "unusable: " + d.Reason
 			}
-			rows = append(rows, []string{e.Type, e.Plugin, d.Key, strings.Join(d.Nodes, " "), id, name, numa, state})
+			rows = append(rows, []string{e.Type, e.Plugin, d.Key, strings.Join(d.Nodes, " "), id, name, numa, dash(d.PCIeSwitch), state})
 		}
 	}
 	return rows

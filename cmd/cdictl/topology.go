@@ -96,7 +96,7 @@ func (a *app) topology(args []string) int {
 		return err
 	})
 	tidy(nodes, &rest)
-	a.report("NODE\tCPUS\tMEMORY\tDISTANCES\tPCIE ROOTS\tTYPE\tPLUGIN\tDEVICES", func() [][]string { return topologyRows(nodes, rest) },
+	a.report("NODE\tCPUS\tMEMORY\tDISTANCES\tPCIE ROOTS\tPCIE SWITCHES\tTYPE\tPLUGIN\tDEVICES", func() [][]string { return topologyRows(nodes, rest) },
 		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "numa", Value: numa},
 		protocol.Field{Key: "nodes", Value: nodes}, protocol.Field{Key: "unplaced", Value: rest},
 		protocol.Field{Key: "plugins", Value: protocol.NonNil(plugins)})
@@ -253,7 +253,7 @@ func topologyRows(nodes []topoNode, rest unplaced) [][]string {
 		}
 		for i, g := range groups {
 			if i > 0 {
-				head = []string{"", "", "", "", ""}
+				head = []string{"", "", "", "", "", ""}
 			}
 			rows = append(rows, append(head, g[0].Type, g[0].Plugin, compactKeys(g)))
 		}
@@ -263,12 +263,34 @@ func topologyRows(nodes []topoNode, rest unplaced) [][]string {
 		if n.Distances != nil {
 			dist = strings.Trim(fmt.Sprint(n.Distances), "[]")
 		}
-		add([]string{strconv.Itoa(n.ID), dash(n.CPUs), gib(n.MemoryBytes), dist, dash(strings.Join(n.PCIeRoots, " "))}, n.Devices)
+		add([]string{strconv.Itoa(n.ID), dash(n.CPUs), gib(n.MemoryBytes), dist, dash(strings.Join(n.PCIeRoots, " ")), switches(n.Devices)}, n.Devices)
 	}
 	if len(rest.PCIeRoots)+len(rest.Devices) > 0 {
-		add([]string{"?", "-", "-", "-", dash(strings.Join(rest.PCIeRoots, " "))}, rest.Devices)
+		add([]string{"?", "-", "-", "-", dash(strings.Join(rest.PCIeRoots, " ")), switches(rest.Devices)}, rest.Devices)
 	}
 	return rows
+}
+
+// switches lists the PCIe switches devices sit under, each once, with the
+// devices below it: "0000:16:00.0 (0000:18:00.0 0000:19:00.0)"; "-" for
+// none.
+func switches(devs []topoDevice) string {
+	var order []string
+	below := map[string][]string{}
+	for _, d := range devs {
+		if d.PCIeSwitch == "" {
+			continue
+		}
+		if _, ok := below[d.PCIeSwitch]; !ok {
+			order = append(order, d.PCIeSwitch)
+		}
+		below[d.PCIeSwitch] = append(below[d.PCIeSwitch], d.Key)
+	}
+	parts := make([]string, len(order))
+	for i, sw := range order {
+		parts[i] = sw + " (" + strings.Join(below[sw], " ") + ")"
+	}
+	return dash(strings.Join(parts, " "))
 }
 
 // byPlugin splits devices into runs of one type and plugin.
@@ -286,8 +308,34 @@ func byPlugin(devs []topoDevice) [][]topoDevice {
 }
 
 // compactKeys lists device keys, writing runs of numbered names as one
-// range: "tty13..tty63 ttyS0".
+// range: "tty13..tty63 ttyS0". Unusable devices follow, grouped by why:
+// "...; unusable, no render node: a display-only adapter: 0000:03:00.0".
 func compactKeys(devs []topoDevice) string {
+	var reasons []string
+	byReason := map[string][]topoDevice{}
+	for _, d := range devs {
+		r := ""
+		if !d.Usable {
+			r = d.Reason
+		}
+		if _, ok := byReason[r]; !ok && r != "" {
+			reasons = append(reasons, r)
+		}
+		byReason[r] = append(byReason[r], d)
+	}
+	var parts []string
+	if usable := byReason[""]; len(usable) > 0 {
+		parts = append(parts, compactRuns(usable))
+	}
+	for _, r := range reasons {
+		parts = append(parts, "unusable, "+r+": "+compactRuns(byReason[r]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// compactRuns lists device keys, writing runs of numbered names as one
+// range.
+func compactRuns(devs []topoDevice) string {
 	var parts []string
 	for i := 0; i < len(devs); {
 		prefix, n, ok := numbered(devs[i].Key)

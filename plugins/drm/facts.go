@@ -25,12 +25,12 @@ type fact struct {
 
 // Device facts.
 const (
-	isPCI  = 1 << iota // the directory is a PCI function: its name is the key
-	gone               // the class link dangles: no device directory
-	isVF               // an SR-IOV VF (it has a physfn link)
-	hasVFs             // an SR-IOV PF with VFs enabled
-	byAMD              // bound to amdgpu (read by a full scan)
-	byNVIDIA           // bound to nvidia (read by a full scan)
+	isPCI    = 1 << iota // the directory is a PCI function: its name is the key
+	gone                 // the class link dangles: no device directory
+	isVF                 // an SR-IOV VF (it has a physfn link)
+	hasVFs               // an SR-IOV PF with VFs enabled
+	byAMD                // bound to amdgpu (read by a full scan)
+	byNVIDIA             // bound to nvidia (read by a full scan)
 )
 
 // minor is one DRM node of a device.

@@ -281,19 +281,20 @@ func TestCdictlTopology(t *testing.T) {
 	}
 }
 
-// The table has a row per node and plugin, devices as ranges.
+// The table has a row per node and plugin, devices as ranges, each PCIe
+// switch with the devices below it, and unusable devices grouped by why.
 func TestCdictlTopologyTable(t *testing.T) {
 	h := topologyHost(true)
 	h.TTYs = map[string]int{"tty": 8}
 	confs := map[string]string{"gpu.d/drm.conf": drmConf(`{}`), "tty.d/generic-tty.conf": readConf(t, "tty.conf")}
 	r := newCtlNode(t, h, confs).ctl("topology", "-o", "table")
 	want := [][]string{
-		{"NODE", "CPUS", "MEMORY", "DISTANCES", "PCIE", "ROOTS", "TYPE", "PLUGIN", "DEVICES"},
-		{"0", "0-7", "4.0", "GiB", "10", "16", "22", "28", "pci0000:00", "gpu", "drm", "0000:03:00.0", "0000:04:00.0", "0000:07:00.0", "0000:08:00.0"},
-		{"1", "8-15", "8.0", "GiB", "28", "10", "16", "22", "-", "-", "-", "-"},
-		{"2", "16-23", "12.0", "GiB", "22", "28", "10", "16", "pci0000:80", "gpu", "drm", "0000:83:00.0", "0000:84:00.0", "0000:87:00.0", "0000:88:00.0"},
-		{"3", "24-31", "16.0", "GiB", "16", "22", "28", "10", "-", "-", "-", "-"},
-		{"?", "-", "-", "-", "-", "tty", "generic-tty", "tty0..tty7"},
+		{"NODE", "CPUS", "MEMORY", "DISTANCES", "PCIE", "ROOTS", "PCIE", "SWITCHES", "TYPE", "PLUGIN", "DEVICES"},
+		strings.Fields("0 0-7 4.0 GiB 10 16 22 28 pci0000:00 0000:01:00.0 (0000:03:00.0 0000:04:00.0) 0000:05:00.0 (0000:07:00.0 0000:08:00.0) gpu drm 0000:03:00.0 0000:04:00.0 0000:07:00.0 0000:08:00.0"),
+		{"1", "8-15", "8.0", "GiB", "28", "10", "16", "22", "-", "-", "-", "-", "-"},
+		strings.Fields("2 16-23 12.0 GiB 22 28 10 16 pci0000:80 0000:81:00.0 (0000:83:00.0 0000:84:00.0) 0000:85:00.0 (0000:87:00.0 0000:88:00.0) gpu drm 0000:83:00.0 0000:84:00.0 0000:87:00.0 0000:88:00.0"),
+		{"3", "24-31", "16.0", "GiB", "16", "22", "28", "10", "-", "-", "-", "-", "-"},
+		strings.Fields("? - - - - - tty generic-tty unusable, the current console, never handed out: tty0; unusable, reserved (num_system_reserved): tty1..tty7"),
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if r.status != 0 || len(lines) != len(want) {
