@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/cache"
 	"github.com/cdi-exec/plugins/pkg/pool"
@@ -194,7 +195,56 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 			out[i].VendorID, out[i].DeviceID = g.fact.vendor, g.fact.device
 		}
 	}
-	return out, nil
+	return append(out, p.withoutDRM(facts)...), nil
+}
+
+// withoutDRM lists the PCI display controllers that have no DRM device,
+// as unusable with the reason: an NVIDIA GPU whose nvidia-drm module is
+// not loaded is invisible to ADD, and the operator should see why. Only
+// DEVICES reads this, never INFO or ADD.
+func (p *plugin) withoutDRM(facts []fact) []protocol.DeviceInfo {
+	addrs, err := p.host.PCIFunctions()
+	if err != nil {
+		return nil
+	}
+	seen := make(map[string]bool, len(facts))
+	for i := range facts {
+		seen[facts[i].key()] = true
+	}
+	var out []protocol.DeviceInfo
+	for _, addr := range addrs {
+		if seen[addr] || !sysfs.IsPCIAddr(addr) {
+			continue
+		}
+		dir, err := sysfs.OpenDir(p.host.PCIDir(addr))
+		if err != nil {
+			continue
+		}
+		class := lower(dir.Attr("class"))
+		ft := fact{sys: addr, flags: isPCI}
+		ft.readPCI(dir, true)
+		dir.Close()
+		if !strings.HasPrefix(class, "0x03") {
+			continue
+		}
+		why := p.filter.check(&ft, addr)
+		if why == "" {
+			why = noDRM(ft.flags)
+		}
+		sys, _ := p.host.Resolve(p.host.PCIDir(addr))
+		pcie := sysfs.ParsePCIe(sys)
+		out = append(out, protocol.DeviceInfo{Key: addr, Nodes: []string{}, NUMA: ft.numa, Reason: why, VendorID: ft.vendor, DeviceID: ft.device,
+			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(addr), PCIeSwitch: pcie.Switch(addr)})
+	}
+	return out
+}
+
+// noDRM says why a display controller has no DRM device.
+func noDRM(flags uint8) string {
+	if flags&byNVIDIA != 0 {
+		return "no DRM device: load the nvidia-drm module (modprobe nvidia-drm), which makes an NVIDIA GPU's DRM nodes"
+	}
+	return "no DRM device: its driver made no DRM nodes"
 }
 
 // place is where a GPU sits: its NUMA node, from the facts, and its PCIe
