@@ -69,7 +69,7 @@ func TestServerHosts(t *testing.T) {
 			gpuNodes([]int{3, 4}, nil, "/dev/kfd"),
 			gpuNodes([]int{1, 2, 3, 4, 5, 6, 7, 8}, nil, "/dev/kfd"), true},
 		{"mgag200 server", fixture.MGAServer(), 4, "0000:00:05.0",
-			gpuNodes([]int{1}, mgaOwn, nvidiaShared[:3]...), // no nvidia-modeset on this host
+			gpuNodes([]int{1}, mgaOwn, nvidiaShared[:3]...),    // no nvidia-modeset on this host
 			gpuNodes([]int{3, 4}, mgaOwn, nvidiaShared[:3]...), // node 1, where two are free
 			gpuNodes([]int{1, 2, 3, 4}, mgaOwn, nvidiaShared[:3]...), false},
 	}
