@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -22,6 +24,10 @@ func TestArgs(t *testing.T) {
 		{`{"want_device_types":["primary"]}`, false, false},
 		{`{"deviceid_whitelist":["0x12345"]}`, false, false},
 		{`{"numa_policy":"loose"}`, false, false},
+		{`{"companion_nodes":"auto"}`, true, false},
+		{`{"companion_nodes":"none"}`, true, false},
+		{`{"companion_nodes":"all"}`, false, false},
+		{`{"companion_nodes":true}`, false, false},
 	}
 	for _, tt := range tests {
 		f, strict, err := decode(tt.raw)
@@ -55,6 +61,42 @@ func FuzzArgs(f *testing.F) {
 				t.Fatalf("accepted want_device_nodes %v", fl.want)
 			}
 			seen[k] = true
+		}
+	})
+}
+
+func TestParseDeviceMinor(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"Model: \t\t NVIDIA H200\nBus Location: \t 0000:00:06.0\nDevice Minor: \t 0\nGPU Excluded:\t No\n", 0, true},
+		{"Device Minor: 7\n", 7, true},
+		{"Device Minor: 254\n", 0, false}, // nvidia-modeset's
+		{"Device Minor: -1\n", 0, false},
+		{"Device Minor: x\n", 0, false},
+		{"Model: NVIDIA\n", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		if got, ok := parseDeviceMinor([]byte(tt.in)); got != tt.want || ok != tt.ok {
+			t.Errorf("parseDeviceMinor(%q) = %d %v, want %d %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// FuzzDeviceMinor: a minor is only ever one the file states, below the
+// driver's own 254.
+func FuzzDeviceMinor(f *testing.F) {
+	f.Add([]byte("Device Minor: \t 3\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, ok := parseDeviceMinor(b)
+		if !ok {
+			return
+		}
+		if n < 0 || n >= 254 || !strings.Contains(string(b), strconv.Itoa(n)) {
+			t.Fatalf("parseDeviceMinor(%q) = %d", b, n)
 		}
 	})
 }
