@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/nearmiss"
 	"github.com/cdi-exec/plugins/pkg/rawjson"
 )
 
@@ -19,6 +20,22 @@ type Config struct {
 	Type       string          `json:"type"`
 	Plugin     string          `json:"plugin"`
 	Args       json.RawMessage `json:"args,omitempty"`
+	// NearMisses lists the top-level members that are not the config's
+	// own but within an edit distance of 2 of one (such as "arg" for
+	// "args"). The protocol allows unknown members, so they are no error,
+	// but a typo would silently drop what it meant: callers and plugins
+	// warn about them (NearMiss.String).
+	NearMisses []NearMiss `json:"-"`
+}
+
+// NearMiss is an unknown config member whose name is close to a known one.
+type NearMiss struct {
+	Name  string // as given
+	Known string // the member it probably means
+}
+
+func (m NearMiss) String() string {
+	return fmt.Sprintf("unknown member %q is ignored; did you mean %q?", m.Name, m.Known)
 }
 
 // ErrNotObject is wrapped by ParseConfig when the input is not one JSON
@@ -47,6 +64,7 @@ func ParseConfig(b []byte) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %v", ErrNotObject, err)
 	}
 	var found [len(configFields)][]byte
+	var near []NearMiss
 	err = members(v, "", func(name string, value []byte) error {
 		for i, f := range configFields {
 			switch {
@@ -57,6 +75,9 @@ func ParseConfig(b []byte) (Config, error) {
 				return caseError("", name, f)
 			}
 		}
+		if known, ok := nearmiss.Closest(name, configFields[:]); ok {
+			near = append(near, NearMiss{Name: name, Known: known})
+		}
 		return nil
 	})
 	if errors.Is(err, rawjson.ErrNotObject) {
@@ -64,7 +85,9 @@ func ParseConfig(b []byte) (Config, error) {
 	} else if err != nil {
 		return Config{}, err
 	}
-	return configFrom(found)
+	c, err := configFrom(found, near)
+	c.NearMisses = near
+	return c, err
 }
 
 // configFields are the config's members, in the order they are checked;
@@ -72,10 +95,16 @@ func ParseConfig(b []byte) (Config, error) {
 var configFields = [...]string{"cdiVersion", "name", "type", "plugin", "args"}
 
 // configFrom checks the raw members of a config, indexed as configFields.
-func configFrom(m [len(configFields)][]byte) (Config, error) {
+// A missing field that a near miss probably means is named with it.
+func configFrom(m [len(configFields)][]byte, near []NearMiss) (Config, error) {
 	var c Config
 	for i, dst := range []*string{&c.CDIVersion, &c.Name, &c.Type, &c.Plugin} {
 		if m[i] == nil {
+			for _, n := range near {
+				if n.Known == configFields[i] {
+					return Config{}, fmt.Errorf("missing required field %q (there is %q: a typo?)", configFields[i], n.Name)
+				}
+			}
 			return Config{}, fmt.Errorf("missing required field %q", configFields[i])
 		}
 		s, err := rawjson.String(m[i])
