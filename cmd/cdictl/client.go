@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"github.com/spf13/pflag"
 	"io"
 
 	"github.com/cdi-exec/plugins/pkg/buildinfo"
@@ -10,7 +10,7 @@ import (
 
 // versionFlags adds --client to `cdictl version`: cdictl's own build,
 // without running any plugin.
-func versionFlags(fs *flag.FlagSet) runFunc {
+func versionFlags(fs *pflag.FlagSet) runFunc {
 	client := fs.Bool("client", false, "show only cdictl's own version, commit and protocol versions; run no plugin")
 	return func(a *app, args []string) int {
 		if *client {

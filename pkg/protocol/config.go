@@ -28,6 +28,16 @@ type Config struct {
 	NearMisses []NearMiss `json:"-"`
 }
 
+// MemberError is an error about one member of a config, which it names, so
+// that a caller can point at it in the file.
+type MemberError struct {
+	Name string // the member's name as given; a dotted path below the top
+	Err  error
+}
+
+func (e *MemberError) Error() string { return e.Err.Error() }
+func (e *MemberError) Unwrap() error { return e.Err }
+
 // NearMiss is an unknown config member whose name is close to a known one.
 type NearMiss struct {
 	Name  string // as given
@@ -61,7 +71,7 @@ func ParseConfig(b []byte) (Config, error) {
 		if len(bytes.TrimSpace(b)) == 0 {
 			return Config{}, ErrEmpty
 		}
-		return Config{}, fmt.Errorf("%w: %v", ErrNotObject, err)
+		return Config{}, fmt.Errorf("%w: %w", ErrNotObject, err)
 	}
 	var found [len(configFields)][]byte
 	var near []NearMiss
@@ -72,7 +82,7 @@ func ParseConfig(b []byte) (Config, error) {
 				found[i] = value
 				return nil
 			case strings.EqualFold(name, f):
-				return caseError("", name, f)
+				return &MemberError{Name: name, Err: caseError("", name, f)}
 			}
 		}
 		if known, ok := nearmiss.Closest(name, configFields[:]); ok {
@@ -109,19 +119,19 @@ func configFrom(m [len(configFields)][]byte, near []NearMiss) (Config, error) {
 		}
 		s, err := rawjson.String(m[i])
 		if err != nil {
-			return Config{}, fmt.Errorf("field %q must be a string", configFields[i])
+			return Config{}, &MemberError{Name: configFields[i], Err: fmt.Errorf("field %q must be a string", configFields[i])}
 		}
 		*dst = s
 	}
 	if err := abnf.ValidType(c.Type); err != nil {
-		return Config{}, fmt.Errorf("field \"type\": %w", err)
+		return Config{}, &MemberError{Name: "type", Err: fmt.Errorf("field \"type\": %w", err)}
 	}
 	if err := ValidPluginName(c.Plugin); err != nil {
-		return Config{}, fmt.Errorf("field \"plugin\": %w", err)
+		return Config{}, &MemberError{Name: "plugin", Err: fmt.Errorf("field \"plugin\": %w", err)}
 	}
 	if a := m[len(m)-1]; a != nil && string(a) != "null" {
 		if a[0] != '{' {
-			return Config{}, errors.New(`field "args" must be an object`)
+			return Config{}, &MemberError{Name: "args", Err: errors.New(`field "args" must be an object`)}
 		}
 		c.Args = bytes.Clone(a)
 	}

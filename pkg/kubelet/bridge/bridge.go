@@ -64,6 +64,10 @@ func New(opt Options) (*Bridge, error) {
 	}
 	byType, probs, err := Configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
 	for _, p := range probs {
+		if p.Warning {
+			opt.Log.Warn("config warning", "problem", p.Error())
+			continue
+		}
 		opt.Log.Warn("config skipped", "file", p.File, "err", p.Err)
 	}
 	if err != nil {

@@ -86,6 +86,10 @@ func New(opt Options) (*Plugin, error) {
 	}
 	byType, probs, err := bridge.Configs(opt.ConfDir, opt.Types, opt.Suffix, opt.CDISpecDir)
 	for _, p := range probs {
+		if p.Warning {
+			opt.Log.Warn("config warning", "problem", p.Error())
+			continue
+		}
 		opt.Log.Warn("config skipped", "file", p.File, "err", p.Err)
 	}
 	if err != nil {
