@@ -300,7 +300,13 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 	}
 	for _, t := range types {
 		if len(caller.OfType(all, t)) == 0 {
-			return nil, protocol.NewError(protocol.CodeSpecUnsupported, fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf")))
+			msg := fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf"))
+			for _, p := range a.broken {
+				if folderType(p.File) == t {
+					msg += "; not used: " + p.Error()
+				}
+			}
+			return nil, protocol.NewError(protocol.CodeSpecUnsupported, msg)
 		}
 	}
 	return slices.DeleteFunc(all, func(c caller.Config) bool { return !slices.Contains(types, c.Type) }), nil

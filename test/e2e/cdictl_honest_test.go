@@ -16,8 +16,12 @@ type lsOut struct {
 	Allocations []struct {
 		RequestID  string
 		Plugin     string
+		Type       string
+		Spec       string
 		Devices    []string
 		CDIDevices []string `json:"cdiDevices"`
+		Delegate   string
+		DelegateOf string `json:"delegateOf"`
 	}
 	Errors []struct {
 		Store   string
