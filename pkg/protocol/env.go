@@ -1,8 +1,8 @@
 package protocol
 
 import (
-	"os"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
