@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"reflect"
 	"slices"
 	"strings"
@@ -105,6 +106,16 @@ func (r *debRoot) run(bin string, args ...string) (stdout, stderr string, status
 // purging it keeps state.
 func TestDeb(t *testing.T) {
 	deb := debPackage(t)
+	// The control file: a Maintainer with an address, as Debian policy
+	// asks, and a description of both of the bridge's modes.
+	fields, err := exec.Command("dpkg-deb", "-f", deb, "Maintainer", "Description").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dpkg-deb -f: %v\n%s", err, fields)
+	}
+	if !regexp.MustCompile(`(?m)^Maintainer: .+ <[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+>$`).Match(fields) ||
+		!strings.Contains(string(fields), "DRA driver") || !strings.Contains(string(fields), "device-plugin") {
+		t.Errorf("control fields:\n%s", fields)
+	}
 	confs, _ := filepath.Glob(filepath.Join(repo, "conf/*.d/*.conf"))
 	var wantConffiles []string
 	for _, c := range confs {
