@@ -168,14 +168,7 @@ esac`)
 		t.Fatalf("table: %d %s\n%s", r.status, r.stdout, r.stderr)
 	}
 
-	h, err := fixture.Load("../../demo/host.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	demo := &ctlNode{node: newNode(t, h), scripts: t.TempDir()}
-	if demo.conf, err = filepath.Abs("../../conf"); err != nil {
-		t.Fatal(err)
-	}
+	demo := demoNode(t, "../../conf")
 	if r := demo.ctl("devices"); r.status != 0 {
 		t.Fatalf("devices with the bundled configs: %d %s\n%s", r.status, r.stdout, r.stderr)
 	}

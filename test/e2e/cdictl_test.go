@@ -243,15 +243,7 @@ func TestCdictlBrokenPlugins(t *testing.T) {
 // The demo's configs in demo/conf/ on the bundled demo host: what `make
 // demo` shows, including the sriov → drm chain on the pre-partitioned PF.
 func TestBundledConfigsOnDemoHost(t *testing.T) {
-	h, err := fixture.Load("../../demo/host.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &ctlNode{node: newNode(t, h), scripts: t.TempDir()}
-	n.conf, err = filepath.Abs("../../demo/conf")
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := demoNode(t, "../../demo/conf")
 	r := n.ctl("info")
 	var caps map[string]any
 	r.json(t, &caps)

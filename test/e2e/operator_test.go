@@ -12,16 +12,17 @@ import (
 // The operator's view of cdictl (issue 27): no silent failures, and the
 // command-line conventions of kubectl and helm.
 
-// demoNode is the bundled demo host with the demo's configs: gpu (drm),
-// tty (generic-tty) and vgpu (sriov chain-loading drm).
-func demoNode(t *testing.T) *ctlNode {
+// demoNode is the bundled demo host with the configs in conf, a directory
+// of the repository ("../../demo/conf": gpu (drm), tty (generic-tty) and
+// vgpu (sriov chain-loading drm)).
+func demoNode(t *testing.T, conf string) *ctlNode {
 	t.Helper()
 	h, err := fixture.Load("../../demo/host.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := &ctlNode{node: newNode(t, h), scripts: t.TempDir()}
-	if n.conf, err = filepath.Abs("../../demo/conf"); err != nil {
+	if n.conf, err = filepath.Abs(conf); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -48,7 +49,7 @@ func (n *ctlNode) lsRows() []string {
 // before (a replay of it adds nothing) is kept, and a request that could
 // not be rolled back exactly is refused before any plugin runs.
 func TestCdictlAddRollbackKeepsEarlierHoldings(t *testing.T) {
-	n := demoNode(t)
+	n := demoNode(t, "../../demo/conf")
 	for _, req := range []string{"tty:1", "gpu:1"} {
 		if r := n.ctl("add", "--id", "pod-a", req); r.status != 0 {
 			t.Fatalf("add %s: %d %s %s", req, r.status, r.stdout, r.stderr)
@@ -90,7 +91,7 @@ func TestCdictlAddRollbackKeepsEarlierHoldings(t *testing.T) {
 // del and gc exit 1 when a plugin reported an error, naming it; an id held
 // nowhere is 0 with a note.
 func TestCdictlDelGCExitStatus(t *testing.T) {
-	n := demoNode(t)
+	n := demoNode(t, "../../demo/conf")
 	if r := n.ctl("del", "--id", "nobody"); r.status != 0 || !strings.Contains(r.stderr, "no plugin held anything under nobody") {
 		t.Errorf("del of an id held nowhere: %d %s", r.status, r.stderr)
 	}
@@ -356,7 +357,7 @@ func TestCdictlOutputGlitches(t *testing.T) {
 	}
 
 	// ls of a VF handed out through sriov's delegate drm.
-	d := demoNode(t)
+	d := demoNode(t, "../../demo/conf")
 	if r := d.ctl("add", "--id", "pod-v", "vgpu:1"); r.status != 0 {
 		t.Fatalf("add vgpu: %s %s", r.stdout, r.stderr)
 	}
