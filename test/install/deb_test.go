@@ -174,9 +174,9 @@ func TestDeb(t *testing.T) {
 	if !r.exists("var/lib/cdi/generic-tty.db") {
 		t.Error("the allocation is not in the root's /var/lib/cdi")
 	}
-	_, stderr, code = r.run("/opt/cdi/bin/drm", "--version")
-	if code != 0 || !strings.HasPrefix(stderr, "drm v") || !strings.Contains(stderr, "protocol: 0.0.1, 0.0.2") {
-		t.Errorf("drm --version: %d %q", code, stderr)
+	stdout, _, code = r.run("/opt/cdi/bin/drm", "--version")
+	if code != 0 || !strings.HasPrefix(stdout, "drm v") || !strings.Contains(stdout, "protocol: 0.0.1, 0.0.2") {
+		t.Errorf("drm --version: %d %q", code, stdout)
 	}
 
 	r.dpkg("--remove", "cdi-exec-plugins")
