@@ -27,14 +27,14 @@ func printVersion(w io.Writer) int {
 	return exitOK
 }
 
-// client answers `cdictl version --client`: as text with -o table, else
+// client answers `cdictl version --client`: as text with -o table or wide, else
 // {"cdiVersion", "supportedVersions", "client": {"version", "commit",
 // "modified", "go"}}.
 func (a *app) client(args []string) int {
 	if len(args) != 0 {
 		return a.usageErr("--client takes no TYPE")
 	}
-	if a.output == "table" {
+	if a.tabular() {
 		return printVersion(a.stdout)
 	}
 	i := buildinfo.Get()

@@ -19,13 +19,16 @@ import (
 // the rows that rows returns (header columns marked with a leading "+"
 // only with -o wide), or fields as one JSON or YAML object.
 func (a *app) report(header string, rows func() [][]string, fields ...protocol.Field) {
-	switch a.output {
-	case "table", "wide":
+	if a.tabular() {
 		a.table(header, rows())
-	default:
-		a.writeFields(fields)
+		return
 	}
+	a.writeFields(fields)
 }
+
+// tabular reports whether -o asks for a table (table or wide) rather
+// than an object (json or yaml).
+func (a *app) tabular() bool { return a.output == "table" || a.output == "wide" }
 
 // writeFields prints fields as one object: JSON, or YAML with -o yaml.
 func (a *app) writeFields(fields []protocol.Field) {
@@ -98,7 +101,7 @@ func encodeJSON(fields []protocol.Field) ([]byte, error) {
 // details name its config file and plugin. It returns exitFailed.
 func (a *app) fail(err error) int {
 	fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
-	if a.output != "json" && a.output != "yaml" {
+	if a.tabular() {
 		return exitFailed
 	}
 	e := toErrorJSON(err)

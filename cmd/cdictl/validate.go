@@ -73,7 +73,7 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 			out = append(out, finding{File: p.File, Msg: p.Error})
 		}
 	}
-	if a.output == "table" || a.output == "wide" {
+	if a.tabular() {
 		for i := range out {
 			fmt.Fprintln(a.stdout, out[i].String())
 		}
