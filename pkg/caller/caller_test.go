@@ -111,3 +111,40 @@ func TestReaches(t *testing.T) {
 		t.Fatalf("Reaches: %v", got)
 	}
 }
+
+// A config that cannot be used is placed at its fault: a syntax error's
+// offset or the value of the member at fault, as line and column.
+func TestProblemPlace(t *testing.T) {
+	for _, tt := range []struct {
+		raw       string
+		line, col int
+	}{
+		{"{\n  // comment\n}", 2, 3},
+		{`{"cdiVersion":"0.0.1","name":"n","type":"gpu","plugin":7}`, 1, 56},
+		{"{\"cdiVersion\":\"0.0.1\",\n\"name\":\"n\",\n\"type\":\"gpu\",\n\"plugin\":\"drm\",\n\"args\":[]}", 5, 8},
+		{`{"cdiVersion":"0.0.1","type":"gpu","plugin":"drm"}`, 0, 0}, // a missing field has no place
+	} {
+		_, err := parseConfig("f.conf", []byte(tt.raw), "gpu")
+		if err == nil {
+			t.Fatalf("%q: no error", tt.raw)
+		}
+		if p := problem("f.conf", []byte(tt.raw), err); p.Line != tt.line || p.Col != tt.col {
+			t.Errorf("%q: %v at %d:%d, want %d:%d", tt.raw, err, p.Line, p.Col, tt.line, tt.col)
+		}
+	}
+}
+
+func FuzzProblemPlace(f *testing.F) {
+	f.Add("{\n  // comment\n}")
+	f.Add(`{"cdiVersion":"0.0.1","name":"n","type":"gpu","plugin":7}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		_, err := parseConfig("f.conf", []byte(raw), "gpu")
+		if err == nil {
+			return
+		}
+		p := problem("f.conf", []byte(raw), err)
+		if p.Line < 0 || p.Line > strings.Count(raw, "\n")+1 || (p.Line == 0) != (p.Col == 0) || p.Col > len(raw)+1 {
+			t.Fatalf("%q: %v at %d:%d", raw, err, p.Line, p.Col)
+		}
+	})
+}
