@@ -43,7 +43,7 @@ type app struct {
 	// --conf-dir, --path and --state-dir override its fields.
 	cfg     protocol.Env
 	timeout time.Duration
-	output  string // one of outputs
+	output  string // -o: json, yaml, table or wide (a table with more columns)
 	// noHeaders leaves out a table's header line.
 	noHeaders bool
 	// configFailed is set by load when a config file it found cannot be
@@ -106,8 +106,10 @@ func newRoot(e env) (*cobra.Command, *int) {
 			if envErr != nil {
 				fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", envErr)
 			}
-			if !slices.Contains(outputs, a.output) {
-				status = a.usageErr("-o must be one of %s, not %q", strings.Join(outputs, ", "), a.output)
+			switch a.output {
+			case "json", "yaml", "table", "wide":
+			default:
+				status = a.usageErr("-o must be one of json, yaml, table, wide, not %q", a.output)
 				return nil
 			}
 			status = runCmd(a, args)
@@ -131,10 +133,6 @@ func newRoot(e env) (*cobra.Command, *int) {
 	}
 	return root, &status
 }
-
-// outputs are the values of -o: JSON, YAML, a table, and a table with
-// more columns.
-var outputs = []string{"json", "yaml", "table", "wide"}
 
 // usageError reports a command line cobra refused (an unknown command or
 // flag, a missing or extra flag value, conflicting flags) with a hint for
