@@ -39,12 +39,19 @@ build:
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./plugins/... ./cmd/...
 
 # The node image (Containerfile, deploy/): the static binaries of bin/ and
-# nothing else, FROM scratch, so it needs no network.
+# the licenses they need (scripts/licenses.sh), FROM scratch, so it needs
+# no network. Its build context is a staged copy of exactly those, never
+# bin/ itself (which may hold deb/ and other build outputs).
 IMAGE        ?= localhost/cdi-exec/plugins:dev
 PODMAN       ?= podman
 PODMAN_FLAGS ?=
+IMAGE_STAGE  := $(BIN)/image-stage
 image: build
-	$(PODMAN) $(PODMAN_FLAGS) build --pull=never --network=none -f Containerfile -t $(IMAGE) $(BIN)
+	rm -rf "$(IMAGE_STAGE)" && mkdir -p "$(IMAGE_STAGE)/bin"
+	cp $(addprefix $(BIN)/,$(PLUGINS) $(TOOLS)) "$(IMAGE_STAGE)/bin/"
+	scripts/licenses.sh "$(IMAGE_STAGE)/licenses" $(addprefix $(BIN)/,$(PLUGINS) $(TOOLS))
+	$(PODMAN) $(PODMAN_FLAGS) build --pull=never --network=none -f Containerfile -t $(IMAGE) "$(IMAGE_STAGE)"; \
+	  status=$$?; rm -rf "$(IMAGE_STAGE)"; exit $$status
 
 install: build
 	install -d "$(PLUGINDIR)" "$(TOOLDIR)"

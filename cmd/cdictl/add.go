@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
+	"errors"
+	"fmt"
+	"github.com/spf13/pflag"
 	"slices"
 	"strings"
 
@@ -14,7 +16,7 @@ import (
 func addCommand() *command {
 	return &command{name: "add", args: "--id ID [--numa N,...] SPEC:N[,SPEC:N...]", summary: "allocate across plugins, all or nothing",
 		example: "cdictl add --id pod-1234 gpu:1\n  cdictl add --id pod-1234 --numa 0 gpu:2,tty:1",
-		setup: func(fs *flag.FlagSet) runFunc {
+		setup: func(fs *pflag.FlagSet) runFunc {
 			var f addFlags
 			fs.StringVar(&f.id, "id", "", "request-id to allocate under (required)")
 			fs.StringVar(&f.numa, "numa", "", "preferred NUMA nodes, comma-separated")
@@ -52,7 +54,27 @@ func (f *addFlags) run(a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	added, err := a.caller().AddAll(a.ctx(), confs, id, req, numa)
+	for _, p := range a.broken {
+		// A config of a requested type that cannot be used may be the
+		// one meant to serve it: allocate nothing until it is fixed.
+		if typ := folderType(p.File); slices.Contains(requestTypes(req), typ) {
+			return a.fail(protocol.NewError(protocol.CodeInvalidConfig, fmt.Sprintf("config %s of type %s cannot be used: %v; fix it or move it away, then add again", p.File, typ, p.Err)))
+		}
+	}
+	held, err := caller.Held(a.cfg.StateDir, a.cfg.LockTimeout, id)
+	if err != nil {
+		return a.fail(protocol.Errorf(protocol.CodeStore, "%w", err))
+	}
+	added, err := a.caller().AddAll(a.ctx(), confs, id, req, numa, held)
+	var rb *caller.RollbackError
+	if errors.As(err, &rb) {
+		for _, c := range rb.Freed {
+			fmt.Fprintf(a.stderr, "cdictl: rolled back: freed what this call added under %s in %s (%s)\n", id, c.Plugin, c.File)
+		}
+		for _, c := range rb.Kept {
+			fmt.Fprintf(a.stderr, "cdictl: kept: %s already held this in %s (%s) before the call\n", id, c.Plugin, c.File)
+		}
+	}
 	if err != nil {
 		return a.fail(err)
 	}

@@ -2,19 +2,22 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/invoke"
+	"github.com/cdi-exec/plugins/pkg/nearmiss"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -40,73 +43,162 @@ type app struct {
 	// --conf-dir, --path and --state-dir override its fields.
 	cfg     protocol.Env
 	timeout time.Duration
-	output  string // "json" or "table"
+	output  string // -o: json, yaml, table or wide (a table with more columns)
+	// noHeaders leaves out a table's header line.
+	noHeaders bool
+	// configFailed is set by load when a config file it found cannot be
+	// used: the command then exits 1 (status).
+	configFailed bool
+	broken       []caller.Problem // every config file load could not use
 }
 
+// run runs cdictl with args (without the program name) and returns the
+// exit status. The commands are built with cobra: help (`cdictl help
+// COMMAND`, --help), shell completion, "did you mean" for commands, and
+// flags before or after the arguments come from it.
 func run(args []string, e env) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(e.stdout)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
-	}
-	if args[0] == "--version" {
+	if len(args) == 1 && args[0] == "--version" {
 		return printVersion(e.stdout)
 	}
+	root, status := newRoot(e)
+	if len(args) == 0 {
+		usage(e.stdout, root)
+		return exitUsage
+	}
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err != nil {
+		return usageError(e, cmd, err)
+	}
+	return *status
+}
+
+// newRoot builds the command tree. The status of the command that runs is
+// stored in *status.
+func newRoot(e env) (*cobra.Command, *int) {
+	status := exitOK
+	root := &cobra.Command{
+		Use:           "cdictl",
+		Short:         "The reference caller of the CDI exec plugins",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetHelpFunc(help)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	// The suite's environment, read as the plugins read it, once; a bad
+	// value is warned about when a command runs.
+	cfg, envErr := protocol.ReadEnv(e.getenv)
 	for _, c := range commands() {
-		if c.name == args[0] {
-			return c.exec(e, args[1:])
+		a := &app{env: e, name: "cdictl " + c.name, cfg: cfg}
+		cc := &cobra.Command{
+			Use:                   c.name + " " + c.args,
+			Short:                 c.summary,
+			Example:               "  " + c.example,
+			DisableFlagsInUseLine: true,
+		}
+		runCmd := a.flags(cc.Flags(), c)
+		for _, group := range c.exclusive {
+			cc.MarkFlagsMutuallyExclusive(group...)
+		}
+		cc.RunE = func(_ *cobra.Command, args []string) error {
+			if envErr != nil {
+				fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", envErr)
+			}
+			switch a.output {
+			case "json", "yaml", "table", "wide":
+			default:
+				status = a.usageErr("-o must be one of json, yaml, table, wide, not %q", a.output)
+				return nil
+			}
+			status = runCmd(a, args)
+			return nil
+		}
+		root.AddCommand(cc)
+	}
+	// Completion scripts for bash, zsh and fish are cobra's: they ask
+	// cdictl itself for commands and flags. Powershell is for Windows.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Use = "completion bash|zsh|fish"
+			for _, sub := range c.Commands() {
+				if sub.Name() == "powershell" {
+					c.RemoveCommand(sub)
+				}
+			}
 		}
 	}
-	fmt.Fprintf(e.stderr, "cdictl: unknown command %q\n\n", args[0])
-	usage(e.stderr)
+	return root, &status
+}
+
+// usageError reports a command line cobra refused (an unknown command or
+// flag, a missing or extra flag value, conflicting flags) with a hint for
+// a misspelt flag and the command's usage line, not its every flag. It
+// returns exitUsage.
+func usageError(e env, cmd *cobra.Command, err error) int {
+	msg := strings.TrimSpace(err.Error())
+	if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
+		name, _, _ = strings.Cut(name, "=")
+		var known []string
+		cmd.Flags().VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
+		if near, ok := nearmiss.Closest(name, known); ok {
+			msg += fmt.Sprintf("\n\nDid you mean this?\n\t--%s", near)
+		}
+	}
+	fmt.Fprintf(e.stderr, "%s: %s\n", cmd.CommandPath(), msg)
+	if cmd.HasParent() {
+		fmt.Fprintf(e.stderr, "Usage: %s\n", cmd.UseLine())
+	}
+	fmt.Fprintf(e.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	return exitUsage
 }
 
-// exec parses the command's flags and runs it.
-func (c *command) exec(e env, args []string) int {
-	a := &app{env: e, name: "cdictl " + c.name}
-	fs, runCmd := a.flagSet(c)
-	for _, arg := range args {
-		if arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h" {
-			fs.SetOutput(e.stdout) // help that was asked for goes to stdout
-		}
-	}
-	rest, err := parse(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage
-	}
-	if a.output != "json" && a.output != "table" {
-		fmt.Fprintf(e.stderr, "%s: -o must be json or table, not %q\n", a.name, a.output)
-		return exitUsage
-	}
-	return runCmd(a, rest)
-}
-
-func usage(w io.Writer) {
+// usage lists the commands, for `cdictl`, `cdictl --help` and `cdictl
+// help`.
+func usage(w io.Writer, root *cobra.Command) {
 	fmt.Fprintln(w, "Usage: cdictl COMMAND [flags] [args]\n\nThe reference caller of the CDI exec plugins.\n\nCommands:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, c := range commands() {
-		fmt.Fprintf(tw, "  %s %s\t%s\n", c.name, c.args, c.summary)
+	for _, c := range root.Commands() {
+		if c.IsAvailableCommand() || c.Name() == "help" {
+			fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(strings.TrimPrefix(c.UseLine(), "cdictl ")), c.Short)
+		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "\nRun 'cdictl COMMAND --help' for a command's flags and examples, 'cdictl --version' for this build.")
+	fmt.Fprintln(w, "\nRun 'cdictl help COMMAND' or 'cdictl COMMAND --help' for a command's flags and examples, 'cdictl --version' for this build.")
 	fmt.Fprintln(w, "Environment: CDI_CONF_DIR, CDI_PATH, CDI_STATE_DIR, CDI_LOCK_TIMEOUT, and for plugins CDI_HOST_ROOT.")
 }
 
-// flagSet builds a subcommand's flags, the common ones and its own, and
-// returns the function that runs it once they are parsed.
-func (a *app) flagSet(c *command) (*flag.FlagSet, runFunc) {
-	fs := flag.NewFlagSet(a.name, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
-	var err error
-	if a.cfg, err = protocol.ReadEnv(a.getenv); err != nil {
-		fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", err)
+// help is the help of every command: its synopsis, summary, examples,
+// subcommands and flags, spelled as docs/cdictl.md spells them.
+func help(cmd *cobra.Command, _ []string) {
+	w := cmd.OutOrStdout()
+	if !cmd.HasParent() {
+		usage(w, cmd)
+		return
 	}
+	fmt.Fprintf(w, "Usage: %s\n\n%s.\n", cmd.UseLine(), strings.TrimSuffix(cmd.Short, "."))
+	if cmd.Example != "" {
+		fmt.Fprintf(w, "\nExamples:\n%s\n", cmd.Example)
+	}
+	if cmd.HasAvailableSubCommands() {
+		fmt.Fprintln(w, "\nCommands:")
+		for _, c := range cmd.Commands() {
+			if c.IsAvailableCommand() {
+				fmt.Fprintf(w, "  %s\t%s\n", c.Name(), c.Short)
+			}
+		}
+	}
+	fmt.Fprintln(w, "\nFlags:")
+	printFlags(w, cmd.Flags())
+}
+
+// flags registers the common flags and the command's own on fs, and
+// returns the function that runs the command once they are parsed.
+func (a *app) flags(fs *pflag.FlagSet, c *command) runFunc {
+	fs.SortFlags = false
 	fs.StringVar(&a.cfg.ConfDir, "conf-dir", a.cfg.ConfDir, "config directory with <type>.d/*.conf")
 	fs.StringVar(&a.cfg.Path, "path", a.cfg.Path, "plugin search path, colon-separated; passed to plugins as CDI_PATH")
 	fs.StringVar(&a.cfg.StateDir, "state-dir", a.cfg.StateDir, "plugin state directory; passed to plugins as CDI_STATE_DIR")
@@ -115,53 +207,35 @@ func (a *app) flagSet(c *command) (*flag.FlagSet, runFunc) {
 	if isTerminal(a.stdout) {
 		defOut = "table"
 	}
-	fs.StringVar(&a.output, "o", defOut, "output `json|table`: json when stdout is piped, table on a terminal")
-	runCmd := c.setup(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: cdictl %s %s\n\n%s.\n\nExamples:\n  %s\n\nFlags:\n", c.name, c.args, c.summary, c.example)
-		printFlags(fs)
-	}
-	return fs, runCmd
+	fs.StringVarP(&a.output, "output", "o", defOut, "output `json|yaml|table|wide`: json when stdout is piped, table on a terminal")
+	fs.BoolVar(&a.noHeaders, "no-headers", false, "leave out the header line of a table")
+	return c.setup(fs)
 }
 
-// printFlags lists the flags as the docs spell them: -o, and --name for
-// the longer ones.
-func printFlags(fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		dash := "--"
-		if len(f.Name) == 1 {
-			dash = "-"
+// printFlags lists the flags as the docs spell them: --name and, where
+// there is one, its one-letter form.
+func printFlags(w io.Writer, fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" {
+			return
 		}
-		arg, usage := flag.UnquoteUsage(f)
-		line := "  " + dash + f.Name
-		if arg != "" {
+		arg, usage := pflag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if f.Shorthand != "" {
+			line += ", -" + f.Shorthand
+		}
+		if arg != "" && arg != "bool" {
 			line += " " + arg
 		}
 		switch {
-		case f.DefValue == "" || f.DefValue == "false":
+		case f.DefValue == "" || f.DefValue == "false" || f.DefValue == "[]":
 		case arg == "string":
 			usage += fmt.Sprintf(" (default %q)", f.DefValue)
 		default:
 			usage += fmt.Sprintf(" (default %v)", f.DefValue)
 		}
-		fmt.Fprintf(fs.Output(), "%s\n    \t%s\n", line, usage)
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, usage)
 	})
-}
-
-// parse accepts flags before and after positional arguments.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var rest []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return rest, nil
-		}
-		rest = append(rest, args[0])
-		args = args[1:]
-	}
 }
 
 func isTerminal(w io.Writer) bool {
@@ -178,11 +252,18 @@ func (a *app) usageErr(format string, args ...any) int {
 	return exitUsage
 }
 
-// load reads every config, reporting unusable files on stderr.
+// load reads every config, reporting unusable files and warnings on
+// stderr, each with its file, line and column, and keeps the unusable
+// ones in broken.
 func (a *app) load() []caller.Config {
 	confs, probs := caller.Load(a.cfg.ConfDir)
 	for _, p := range probs {
-		fmt.Fprintf(a.stderr, "cdictl: skipping %v\n", p)
+		if p.Warning {
+			fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", p)
+			continue
+		}
+		fmt.Fprintf(a.stderr, "cdictl: config not used: %v\n", p)
+		a.broken = append(a.broken, p)
 	}
 	return confs
 }
@@ -191,8 +272,20 @@ func (a *app) load() []caller.Config {
 // every config when no type is given. A type without a usable config, or
 // a config directory without any, is an error (code 4) naming the files
 // searched.
+//
+// A config file of those types that cannot be used (or of any type, when
+// none is given) makes the command fail (configFailed) once it has done
+// what it could with the others.
 func (a *app) configs(types ...string) ([]caller.Config, error) {
 	all := a.load()
+	for _, p := range a.broken {
+		if len(types) == 0 || slices.Contains(types, folderType(p.File)) {
+			a.configFailed = true
+		}
+	}
+	if err := a.cfg.HostRootProblem(); err != nil {
+		fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", err)
+	}
 	dir, err := filepath.Abs(a.cfg.ConfDir)
 	if err != nil {
 		dir = a.cfg.ConfDir
@@ -205,10 +298,25 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 	}
 	for _, t := range types {
 		if len(caller.OfType(all, t)) == 0 {
-			return nil, protocol.NewError(protocol.CodeSpecUnsupported, fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf")))
+			msg := fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf"))
+			for _, p := range a.broken {
+				if folderType(p.File) == t {
+					msg += "; not used: " + p.Error()
+				}
+			}
+			return nil, protocol.NewError(protocol.CodeSpecUnsupported, msg)
 		}
 	}
 	return slices.DeleteFunc(all, func(c caller.Config) bool { return !slices.Contains(types, c.Type) }), nil
+}
+
+// folderType is the resource type of the <type>.d folder that holds the
+// config file path, or that path is.
+func folderType(path string) string {
+	if t, ok := strings.CutSuffix(filepath.Base(path), ".d"); ok {
+		return t
+	}
+	return strings.TrimSuffix(filepath.Base(filepath.Dir(path)), ".d")
 }
 
 // caller runs plugins with the settings cdictl was given: the search path

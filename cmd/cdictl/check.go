@@ -1,8 +1,8 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"path/filepath"
 	"strings"
 
@@ -13,7 +13,7 @@ import (
 func checkCommand() *command {
 	return &command{name: "check", args: "[--repair] [STORE...]", summary: "verify the plugins' stores offline: checksums, index, double bookings",
 		example: "cdictl check\n  cdictl check --repair /var/lib/cdi/drm.db",
-		setup: func(fs *flag.FlagSet) runFunc {
+		setup: func(fs *pflag.FlagSet) runFunc {
 			var f checkFlags
 			fs.BoolVar(&f.repair, "repair", false, "rebuild a damaged index from the records, when every record is intact")
 			return f.run
@@ -49,18 +49,22 @@ func (f *checkFlags) run(a *app, args []string) int {
 			e.Report, err = store.CheckFile(path, a.cfg.LockTimeout, f.repair)
 		}
 		if err != nil {
-			fmt.Fprintf(a.stderr, "cdictl: %s: %v\n", file, err)
+			// The store's errors name its path; the table's cell does
+			// not repeat the STORE column.
+			fmt.Fprintf(a.stderr, "cdictl: %s\n", withPath(path, err.Error()))
 			e.Error = toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))
+			e.Error.Details = strings.TrimPrefix(e.Error.Details, path+": ")
 		}
-		for _, p := range e.Problems {
-			fmt.Fprintf(a.stderr, "cdictl: %s: %s\n", file, p)
+		for i, p := range e.Problems {
+			e.Problems[i] = strings.TrimPrefix(p, path+": ")
+			fmt.Fprintf(a.stderr, "cdictl: %s\n", withPath(path, p))
 		}
 		failed = failed || err != nil || len(e.Problems) > 0 && !e.Repaired
 		out = append(out, e)
 	}
 	a.report("STORE\tSCHEMA\tRECORDS\tINDEXED\tRESULT", rowsOf(out, checkRow),
 		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "stores", Value: out})
-	return status(failed)
+	return a.status(failed)
 }
 
 func checkRow(e *checkEntry) []string {
@@ -76,4 +80,12 @@ func checkRow(e *checkEntry) []string {
 		res = "damaged: " + strings.Join(e.Problems, "; ")
 	}
 	return []string{e.Path, fmt.Sprint(e.Schema), fmt.Sprint(e.Records), fmt.Sprint(e.Devices), res}
+}
+
+// withPath is msg about the file path, which it names once.
+func withPath(path, msg string) string {
+	if strings.HasPrefix(msg, path+": ") {
+		return msg
+	}
+	return path + ": " + msg
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"github.com/spf13/pflag"
 	"io"
 
 	"github.com/cdi-exec/plugins/pkg/buildinfo"
@@ -10,7 +10,7 @@ import (
 
 // versionFlags adds --client to `cdictl version`: cdictl's own build,
 // without running any plugin.
-func versionFlags(fs *flag.FlagSet) runFunc {
+func versionFlags(fs *pflag.FlagSet) runFunc {
 	client := fs.Bool("client", false, "show only cdictl's own version, commit and protocol versions; run no plugin")
 	return func(a *app, args []string) int {
 		if *client {
@@ -27,14 +27,14 @@ func printVersion(w io.Writer) int {
 	return exitOK
 }
 
-// client answers `cdictl version --client`: as text with -o table, else
+// client answers `cdictl version --client`: as text with -o table or wide, else
 // {"cdiVersion", "supportedVersions", "client": {"version", "commit",
 // "modified", "go"}}.
 func (a *app) client(args []string) int {
 	if len(args) != 0 {
 		return a.usageErr("--client takes no TYPE")
 	}
-	if a.output == "table" {
+	if a.tabular() {
 		return printVersion(a.stdout)
 	}
 	i := buildinfo.Get()

@@ -1,8 +1,8 @@
 package main
 
-import "flag"
+import "github.com/spf13/pflag"
 
-// commands lists the subcommands in the order help shows them. A new
+// commands lists the subcommands (help lists them by name). A new
 // subcommand is one file that defines its *command and one line here.
 func commands() []*command {
 	return []*command{
@@ -15,6 +15,8 @@ func commands() []*command {
 		gcCommand(),
 		topologyCommand(),
 		checkCommand(),
+		validateCommand(),
+		specsCommand(),
 	}
 }
 
@@ -28,7 +30,10 @@ type command struct {
 	// variables it keeps, and returns the function that runs the command
 	// once they are parsed. Use noFlags for a command with only the
 	// common flags.
-	setup func(fs *flag.FlagSet) runFunc
+	setup func(fs *pflag.FlagSet) runFunc
+	// exclusive lists groups of the command's flags of which at most one
+	// may be given.
+	exclusive [][]string
 }
 
 // runFunc runs a command with its positional arguments and returns the
@@ -36,6 +41,6 @@ type command struct {
 type runFunc func(a *app, args []string) int
 
 // noFlags is the setup of a command without flags of its own.
-func noFlags(run runFunc) func(*flag.FlagSet) runFunc {
-	return func(*flag.FlagSet) runFunc { return run }
+func noFlags(run runFunc) func(*pflag.FlagSet) runFunc {
+	return func(*pflag.FlagSet) runFunc { return run }
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
-	"flag"
+	"fmt"
+	"github.com/spf13/pflag"
+	"slices"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -10,7 +12,7 @@ import (
 func delCommand() *command {
 	return &command{name: "del", args: "--id ID", summary: "free what a request-id holds in every plugin",
 		example: "cdictl del --id pod-1234",
-		setup: func(fs *flag.FlagSet) runFunc {
+		setup: func(fs *pflag.FlagSet) runFunc {
 			var id string
 			fs.StringVar(&id, "id", "", "request-id to free (required)")
 			return func(a *app, args []string) int { return a.del(id, args) }
@@ -24,8 +26,9 @@ type delEntry struct {
 	Freed bool `json:"freed"`
 }
 
-// del frees id in every plugin. It exits 0 whatever the plugins answer:
-// their outcomes are in the output.
+// del frees id in every plugin. A plugin's DEL always exits 0 (the
+// protocol), but del exits 1 when any plugin reported an error, which it
+// names; an id that no plugin held is exit 0 with a note on stderr.
 func (a *app) del(id string, args []string) int {
 	id, ok := a.requestID(id)
 	if !ok {
@@ -38,11 +41,11 @@ func (a *app) del(id string, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	out, _ := callEach(a, confs, func(conf caller.Config, e *delEntry) (err error) {
+	out, failed := callEach(a, confs, func(conf caller.Config, e *delEntry) (err error) {
 		e.Freed, err = a.caller().Del(a.ctx(), conf, id)
 		return err
 	})
-	a.report("TYPE\tPLUGIN\tCONFIG\tRESULT", rowsOf(out, func(e *delEntry) []string {
+	a.report("TYPE\tPLUGIN\t+CONFIG\tRESULT", rowsOf(out, func(e *delEntry) []string {
 		res := "nothing held"
 		switch {
 		case e.Error != nil:
@@ -52,5 +55,8 @@ func (a *app) del(id string, args []string) int {
 		}
 		return []string{e.Type, e.Plugin, e.File, res}
 	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "requestId", Value: id}, protocol.Field{Key: "results", Value: out})
-	return exitOK
+	if !failed && !slices.ContainsFunc(out, func(e delEntry) bool { return e.Freed }) {
+		fmt.Fprintf(a.stderr, "cdictl: note: no plugin held anything under %s\n", id)
+	}
+	return a.status(failed)
 }

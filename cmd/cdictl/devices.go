@@ -106,7 +106,7 @@ func (a *app) devices(args []string) int {
 	})
 	a.report("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSWITCH\tSTATE", func() [][]string { return deviceRows(out) },
 		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "plugins", Value: out})
-	return status(failed)
+	return a.status(failed)
 }
 
 // inventory asks one plugin for its DEVICES answer. has is false when the

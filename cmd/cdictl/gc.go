@@ -1,31 +1,37 @@
 package main
 
 import (
-	"flag"
+	"errors"
+	"github.com/spf13/pflag"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 func gcCommand() *command {
-	return &command{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE | --none-valid", summary: "free every allocation whose request-id is not valid",
-		example: "cdictl gc --valid pod-1,pod-2\n  cdictl gc --valid-file /run/live-pods",
-		setup: func(fs *flag.FlagSet) runFunc {
+	return &command{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE | --none-valid [--dry-run]", summary: "free every allocation whose request-id is not valid",
+		example: "cdictl gc --valid pod-1,pod-2\n  cdictl gc --valid-file /run/live-pods\n  cdictl gc --dry-run --none-valid",
+		setup: func(fs *pflag.FlagSet) runFunc {
 			var f gcFlags
 			fs.StringVar(&f.valid, "valid", "", "request-ids to keep, comma-separated")
 			fs.StringVar(&f.validFile, "valid-file", "", "file of request-ids to keep, one per line or comma-separated")
 			fs.BoolVar(&f.noneValid, "none-valid", false, "keep nothing: free every allocation")
+			fs.BoolVar(&f.dryRun, "dry-run", false, "free nothing: list what would be freed, read from the stores")
 			return f.run
-		}}
+		},
+		exclusive: [][]string{{"valid", "none-valid"}, {"valid-file", "none-valid"}}}
 }
 
 type gcFlags struct {
 	valid     string
 	validFile string
 	noneValid bool
+	dryRun    bool
 }
 
 // gcEntry is one plugin's GC outcome.
@@ -34,8 +40,10 @@ type gcEntry struct {
 	Freed []string `json:"freed"`
 }
 
-// run collects in every plugin. It exits 0 whatever the plugins answer:
-// their outcomes are in the output.
+// run collects in every plugin, and exits 1 when any plugin reported an
+// error. With --dry-run it runs no plugin: it reads the stores as ls does
+// and lists, per config, the request-ids its plugin's store holds that are
+// not valid, which is what GC would free.
 func (f *gcFlags) run(a *app, args []string) int {
 	if len(args) != 0 {
 		return a.usageErr("takes no arguments")
@@ -48,19 +56,52 @@ func (f *gcFlags) run(a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	out, _ := callEach(a, confs, func(conf caller.Config, e *gcEntry) (err error) {
-		e.Freed, err = a.caller().GC(a.ctx(), conf, valid)
+	collect := func(conf caller.Config) ([]string, error) { return a.caller().GC(a.ctx(), conf, valid) }
+	if f.dryRun {
+		listed := map[string]bool{} // plugins whose store is listed
+		collect = func(conf caller.Config) ([]string, error) {
+			if listed[conf.Plugin] { // its first config's GC frees them all
+				return nil, nil
+			}
+			listed[conf.Plugin] = true
+			return wouldFree(a, conf.Plugin, valid)
+		}
+	}
+	out, failed := callEach(a, confs, func(conf caller.Config, e *gcEntry) (err error) {
+		e.Freed, err = collect(conf)
 		e.Freed = protocol.NonNil(e.Freed)
 		return err
 	})
-	a.report("TYPE\tPLUGIN\tCONFIG\tFREED", rowsOf(out, func(e *gcEntry) []string {
+	a.report("TYPE\tPLUGIN\t+CONFIG\tFREED", rowsOf(out, func(e *gcEntry) []string {
 		res := strings.Join(e.Freed, " ")
 		if e.Error != nil {
 			res = e.Error.String()
 		}
 		return []string{e.Type, e.Plugin, e.File, res}
-	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "results", Value: out})
-	return exitOK
+	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "dryRun", Value: f.dryRun}, protocol.Field{Key: "results", Value: out})
+	return a.status(failed)
+}
+
+// wouldFree lists the request-ids in plugin's store that are not valid:
+// what its GC would free. It reads the store through the read-only API,
+// as ls does.
+func wouldFree(a *app, plugin string, valid []string) ([]string, error) {
+	var ids []string
+	err := store.Inspect(store.Path(a.cfg.StateDir, plugin), a.cfg.LockTimeout, func(tx *store.Tx) error {
+		return tx.ForEach(func(r *store.Record) error {
+			if !slices.Contains(valid, r.ID) {
+				ids = append(ids, r.ID)
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, store.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeStore, "%w", err)
+	}
+	return ids, nil
 }
 
 // validIDs returns the request-ids to keep. One of the flags is required:

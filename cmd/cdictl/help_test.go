@@ -13,14 +13,16 @@ import (
 func helpOf(t *testing.T, name string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	if st := run([]string{name, "--help"}, env{getenv: func(string) string { return "" }, stdout: &out, stderr: &errOut}); st != exitOK {
+	if st := run([]string{name, "--help"}, env{getenv: func(string) string { return "" }, stdout: &out, stderr: &errOut}); st != exitOK || errOut.Len() != 0 {
 		t.Fatalf("%s --help: status %d\n%s", name, st, errOut.String())
 	}
 	return out.String()
 }
 
 var (
-	helpFlag = regexp.MustCompile(`(?m)^  (--?[a-z][a-z-]*)`)
+	// helpFlag finds a flag line of --help: the flag and its one-letter
+	// form, if any.
+	helpFlag = regexp.MustCompile(`(?m)^  (--?[a-z][a-z-]*)(?:, (-[a-z]))?`)
 	// docFlag finds flags in prose and examples: a dash at the start of a
 	// word (so "read-only" is not one).
 	docFlag = regexp.MustCompile("(?:^|[\\s`(\\[|])(--?[a-z][a-z-]*)")
@@ -45,14 +47,18 @@ func TestHelpMatchesDocs(t *testing.T) {
 			t.Errorf("docs/cdictl.md lacks the synopsis line %q", usage)
 		}
 		for _, m := range helpFlag.FindAllStringSubmatch(help, -1) {
-			f := m[1]
-			if len(strings.TrimLeft(f, "-")) > 1 && !strings.HasPrefix(f, "--") {
-				t.Errorf("%s --help spells %s with one dash", c.name, f)
+			for _, f := range m[1:] {
+				if f == "" {
+					continue
+				}
+				if len(strings.TrimLeft(f, "-")) > 1 && !strings.HasPrefix(f, "--") {
+					t.Errorf("%s --help spells %s with one dash", c.name, f)
+				}
+				if !strings.Contains(string(doc), "`"+f) && !strings.Contains(string(doc), " "+f+" ") {
+					t.Errorf("docs/cdictl.md does not mention %s of %s", f, c.name)
+				}
+				known = append(known, f)
 			}
-			if !strings.Contains(string(doc), "`"+f) && !strings.Contains(string(doc), " "+f+" ") {
-				t.Errorf("docs/cdictl.md does not mention %s of %s", f, c.name)
-			}
-			known = append(known, f)
 		}
 	}
 	var lines []string

@@ -53,5 +53,5 @@ func (a *app) info(args []string) int {
 	a.report("RESOURCE\tCAPACITY\tPLUGINS", rowsOf(keys, func(k *string) []string {
 		return []string{*k, fmt.Sprint(total[*k]), strings.Join(sources[*k], ",")}
 	}), fields...)
-	return status(failed)
+	return a.status(failed)
 }

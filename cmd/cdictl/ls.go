@@ -35,6 +35,12 @@ type allocation struct {
 	CDIDevices []string  `json:"cdiDevices"`
 	Created    time.Time `json:"created"`
 	AgeSeconds int64     `json:"ageSeconds"`
+	// Delegate names the plugin this allocation chain-loaded (sriov's
+	// delegate); DelegateOf, on the delegate's own row of the same
+	// request-id and type, the plugin that chain-loaded it. Both rows
+	// list the same devices.
+	Delegate   string `json:"delegate,omitempty"`
+	DelegateOf string `json:"delegateOf,omitempty"`
 }
 
 // storeError is a store that could not be read.
@@ -60,12 +66,16 @@ func (a *app) ls(args []string) int {
 	if len(errs) > 0 {
 		fields = append(fields, protocol.Field{Key: "errors", Value: errs})
 	}
-	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tCDI-DEVICES\tNUMA\tAGE", rowsOf(rows, func(r *allocation) []string {
-		return []string{r.RequestID, r.Plugin, fmt.Sprintf("%s:%d", r.Spec, r.Amount), strings.Join(r.Devices, " "),
-			orDash(strings.Join(r.CDIDevices, " ")), orDash(strings.Trim(strings.ReplaceAll(fmt.Sprint(r.NUMA), " ", ","), "[]")),
-			(time.Duration(r.AgeSeconds) * time.Second).String()}
+	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tCDI-DEVICES\tNUMA\tAGE\t+DEVICE-KEYS\t+CREATED", rowsOf(rows, func(r *allocation) []string {
+		plugin := r.Plugin
+		if r.DelegateOf != "" {
+			plugin += " (delegate of " + r.DelegateOf + ")"
+		}
+		return []string{r.RequestID, plugin, fmt.Sprintf("%s:%d", r.Spec, r.Amount), strings.Join(r.Devices, " "),
+			strings.Join(r.CDIDevices, " "), strings.Trim(strings.ReplaceAll(fmt.Sprint(r.NUMA), " ", ","), "[]"),
+			(time.Duration(r.AgeSeconds) * time.Second).String(), strings.Join(r.DeviceKeys, " "), r.Created.Format(time.RFC3339)}
 	}), fields...)
-	return status(len(errs) > 0)
+	return a.status(len(errs) > 0)
 }
 
 // readStores lists the allocations of every store in stateDir, sorted by
@@ -91,7 +101,24 @@ func readStores(stateDir string, timeout time.Duration, pub publisherSet) ([]all
 			errs = append(errs, storeError{Store: f, errorJSON: toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))})
 		}
 	}
+	markDelegates(rows)
 	return rows, errs
+}
+
+// markDelegates sets DelegateOf on the rows that a delegate keeps in its
+// own store for an allocation another plugin's row names as its delegate.
+func markDelegates(rows []allocation) {
+	for _, d := range rows {
+		if d.Delegate == "" {
+			continue
+		}
+		for i := range rows {
+			r := &rows[i]
+			if r.Plugin == d.Delegate && r.RequestID == d.RequestID && r.Type == d.Type {
+				r.DelegateOf = d.Plugin
+			}
+		}
+	}
 }
 
 // recordRows turns a record into one row per allocation.
@@ -100,7 +127,7 @@ func recordRows(r *store.Record, plugin string, cdiNames []string, now time.Time
 	for _, al := range r.Allocations {
 		row := allocation{RequestID: r.ID, Plugin: plugin, Type: r.Type, Spec: al.Spec, Amount: al.Amount,
 			Devices: protocol.NonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: protocol.NonNil(cdiNames),
-			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds())}
+			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds()), Delegate: al.Delegate}
 		for _, d := range al.Devices {
 			row.DeviceKeys = append(row.DeviceKeys, d.Key)
 			if d.NUMA >= 0 && !slices.Contains(row.NUMA, d.NUMA) {
@@ -146,11 +173,4 @@ func (pub publisherSet) names(owner cdispec.Owner, r *store.Record) []string {
 		}
 	}
 	return out
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

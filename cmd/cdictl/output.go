@@ -8,26 +8,70 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // report prints a command's result as -o asks: a table with header and
-// the rows that rows returns, or fields as one JSON object.
+// the rows that rows returns (header columns marked with a leading "+"
+// only with -o wide), or fields as one JSON or YAML object.
 func (a *app) report(header string, rows func() [][]string, fields ...protocol.Field) {
-	if a.output == "table" {
+	if a.tabular() {
 		a.table(header, rows())
 		return
 	}
 	a.writeFields(fields)
 }
 
-// writeFields prints an ordered JSON object, two-space indented, members
+// tabular reports whether -o asks for a table (table or wide) rather
+// than an object (json or yaml).
+func (a *app) tabular() bool { return a.output == "table" || a.output == "wide" }
+
+// writeFields prints fields as one object: JSON, or YAML with -o yaml.
+func (a *app) writeFields(fields []protocol.Field) {
+	b, err := encodeJSON(fields)
+	if err == nil && a.output == "yaml" {
+		b, err = toYAML(b)
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
+		return
+	}
+	a.stdout.Write(b)
+}
+
+// toYAML turns a JSON document into YAML, block style, keeping the order
+// of members.
+func toYAML(j []byte) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(j, &doc); err != nil { // JSON is YAML
+		return nil, err
+	}
+	var block func(n *yaml.Node)
+	block = func(n *yaml.Node) {
+		n.Style = 0
+		for _, c := range n.Content {
+			block(c)
+		}
+	}
+	block(&doc)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), enc.Close()
+}
+
+// encodeJSON encodes an ordered JSON object, two-space indented, members
 // in the given order. This is the one place cdictl encodes JSON: strings
 // keep <, > and & as they are (no \u003c), since the output is read by
 // people and by JSON parsers, never embedded in HTML.
-func (a *app) writeFields(fields []protocol.Field) {
+func encodeJSON(fields []protocol.Field) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -36,14 +80,12 @@ func (a *app) writeFields(fields []protocol.Field) {
 	for i, f := range fields {
 		b.WriteString("  ")
 		if err := enc.Encode(f.Key); err != nil {
-			fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
-			return
+			return nil, err
 		}
 		b.Truncate(b.Len() - 1) // Encode ends each value with a newline
 		b.WriteString(": ")
 		if err := enc.Encode(f.Value); err != nil {
-			fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
-			return
+			return nil, err
 		}
 		if i < len(fields)-1 {
 			b.Truncate(b.Len() - 1)
@@ -51,15 +93,15 @@ func (a *app) writeFields(fields []protocol.Field) {
 		}
 	}
 	b.WriteString("}\n")
-	a.stdout.Write(b.Bytes())
+	return b.Bytes(), nil
 }
 
 // fail reports a failure that ends the command: on stderr, and on stdout as
-// one protocol error object (JSON output only). For a plugin's failure the
+// one protocol error object (JSON and YAML output only). For a plugin's failure the
 // details name its config file and plugin. It returns exitFailed.
 func (a *app) fail(err error) int {
 	fmt.Fprintf(a.stderr, "cdictl: %v\n", err)
-	if a.output != "json" {
+	if a.tabular() {
 		return exitFailed
 	}
 	e := toErrorJSON(err)
@@ -76,11 +118,32 @@ func (a *app) fail(err error) int {
 	return exitFailed
 }
 
+// table prints rows under header, tab-separated columns aligned. A
+// header column marked with a leading "+" is shown only with -o wide; an
+// empty cell is shown as "-".
 func (a *app) table(header string, rows [][]string) {
+	cols := strings.Split(header, "\t")
+	show := make([]bool, len(cols))
+	var head []string
+	for i, c := range cols {
+		name, wide := strings.CutPrefix(c, "+")
+		if show[i] = !wide || a.output == "wide"; show[i] {
+			head = append(head, name)
+		}
+	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
+	if !a.noHeaders {
+		fmt.Fprintln(tw, strings.Join(head, "\t"))
+	}
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		var cells []string
+		for i, c := range r {
+			if i < len(show) && !show[i] {
+				continue
+			}
+			cells = append(cells, orDash(c))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	tw.Flush()
 }
@@ -101,6 +164,8 @@ func toErrorJSON(err error) *errorJSON {
 	switch {
 	case errors.As(err, &pe):
 		return &errorJSON{Code: pe.Code, Msg: pe.Msg, Details: pe.Details}
+	case errors.As(err, &re) && errors.Is(re.Err, invoke.ErrNotFound):
+		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin binary not found", Details: re.Err.Error() + " (the search path is --path, CDI_PATH)", Kind: re.Kind}
 	case errors.As(err, &re):
 		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
 	case errors.As(err, &se):
@@ -109,8 +174,13 @@ func toErrorJSON(err error) *errorJSON {
 	return &errorJSON{Code: protocol.CodeInternal, Msg: "Internal error", Details: err.Error()}
 }
 
-// String is the error as a table cell.
-func (e *errorJSON) String() string { return "error: " + e.Msg + " " + e.Details }
+// String is the error as a table cell: "error: <msg>: <details>".
+func (e *errorJSON) String() string {
+	if e.Details == "" {
+		return "error: " + e.Msg
+	}
+	return "error: " + e.Msg + ": " + e.Details
+}
 
 // outcome is one plugin's result in a multi-plugin report. The entries of
 // every such report embed it.
@@ -157,10 +227,19 @@ func rowsOf[E any](out []E, row func(e *E) []string) func() [][]string {
 	}
 }
 
-// status is exitFailed when failed, else exitOK.
-func status(failed bool) int {
-	if failed {
+// status is exitFailed when failed or when a config file could not be
+// used, else exitOK.
+func (a *app) status(failed bool) int {
+	if failed || a.configFailed {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// orDash is s, or "-" for an empty table cell.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -100,7 +100,7 @@ func (a *app) topology(args []string) int {
 		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "numa", Value: numa},
 		protocol.Field{Key: "nodes", Value: nodes}, protocol.Field{Key: "unplaced", Value: rest},
 		protocol.Field{Key: "plugins", Value: protocol.NonNil(plugins)})
-	return status(failed)
+	return a.status(failed)
 }
 
 // topoPlugin is one plugin's outcome. NoInventory marks a plugin that has

@@ -44,7 +44,7 @@ func (a *app) version(args []string) int {
 		e.Negotiated, err = c.Negotiate(a.ctx(), conf)
 		return err
 	})
-	a.report("TYPE\tPLUGIN\tCONFIG\tSUPPORTED\tCOMPATIBLE\tNEGOTIATED", rowsOf(out, func(e *versionEntry) []string {
+	a.report("TYPE\tPLUGIN\t+CONFIG\tSUPPORTED\tCOMPATIBLE\tNEGOTIATED", rowsOf(out, func(e *versionEntry) []string {
 		v := e.Negotiated
 		if e.Error != nil {
 			v = "error: " + e.Error.Details
@@ -52,5 +52,5 @@ func (a *app) version(args []string) int {
 		return []string{e.Type, e.Plugin, e.File, strings.Join(e.Supported, ","), fmt.Sprint(e.Compatible), v}
 	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "supportedVersions", Value: protocol.SupportedVersions()},
 		protocol.Field{Key: "plugins", Value: out})
-	return status(failed)
+	return a.status(failed)
 }

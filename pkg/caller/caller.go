@@ -5,6 +5,7 @@
 package caller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/rawjson"
 )
 
 // Config is one plugin config file.
@@ -28,18 +30,34 @@ type Config struct {
 	Name       string `json:"name"`
 	CDIVersion string `json:"cdiVersion"`
 	Raw        []byte `json:"-"`
+	// NearMisses are the config's misspelt top-level members
+	// (protocol.Config.NearMisses).
+	NearMisses []protocol.NearMiss `json:"-"`
 }
 
-// Problem is a config file that could not be used.
+// Problem is a config file that could not be used or, with Warning set,
+// one that was used but probably does not say what was meant (a misspelt
+// member), or a file that was not read but probably meant to be (a config
+// outside a <type>.d folder, or not named *.conf).
 type Problem struct {
-	File string
-	Err  error
+	File      string
+	Line, Col int // the place in File, from 1; 0 when the problem has none
+	Err       error
+	Warning   bool
 }
 
-func (p Problem) Error() string { return p.File + ": " + p.Err.Error() }
+func (p Problem) Error() string {
+	if p.Line > 0 {
+		return fmt.Sprintf("%s:%d:%d: %v", p.File, p.Line, p.Col, p.Err)
+	}
+	return p.File + ": " + p.Err.Error()
+}
 
 // Load reads every <type>.d/*.conf under dir, sorted by folder and file
-// name. Files that cannot be used are returned as problems; the rest load.
+// name. Files that cannot be used are returned as problems, with the line
+// and column of the fault where it has one; the rest load. Warnings go
+// with them: a misspelt top-level member, and a file that looks like a
+// config in a place no caller reads.
 func Load(dir string) ([]Config, []Problem) {
 	folders, err := filepath.Glob(filepath.Join(dir, "*.d"))
 	if err != nil {
@@ -47,20 +65,34 @@ func Load(dir string) ([]Config, []Problem) {
 	}
 	slices.Sort(folders)
 	var confs []Config
-	var probs []Problem
+	probs := strays(dir)
 	for _, folder := range folders {
+		if fi, err := os.Stat(folder); err != nil || !fi.IsDir() {
+			continue
+		}
 		typ := strings.TrimSuffix(filepath.Base(folder), ".d")
 		if err := abnf.ValidType(typ); err != nil {
 			probs = append(probs, Problem{File: folder, Err: fmt.Errorf("folder name is not <resource-type>.d: %w", err)})
 			continue
 		}
-		files, _ := filepath.Glob(filepath.Join(folder, "*.conf"))
-		slices.Sort(files)
-		for _, f := range files {
+		ents, _ := os.ReadDir(folder)
+		for _, e := range ents {
+			f := filepath.Join(folder, e.Name())
+			if !strings.HasSuffix(e.Name(), ".conf") {
+				if e.Type().IsRegular() && !leftover(e.Name()) {
+					probs = append(probs, Problem{File: f, Warning: true, Err: errors.New("not read: only *.conf files are configs")})
+				}
+				continue
+			}
 			c, err := loadFile(f, typ)
 			if err != nil {
-				probs = append(probs, Problem{File: f, Err: err})
+				probs = append(probs, problem(f, c.Raw, err))
 				continue
+			}
+			for _, m := range c.NearMisses {
+				p := problem(f, c.Raw, &protocol.MemberError{Name: m.Name, Err: errors.New(m.String())})
+				p.Warning = true
+				probs = append(probs, p)
 			}
 			confs = append(confs, c)
 		}
@@ -68,12 +100,87 @@ func Load(dir string) ([]Config, []Problem) {
 	return confs, probs
 }
 
+// strays warns about configs directly in dir, and about folders that hold
+// configs but are not named <type>.d: no caller reads them. JSON files
+// directly in dir are left alone: they may be CDI spec files, which share
+// /etc/cdi.
+func strays(dir string) []Problem {
+	ents, _ := os.ReadDir(dir)
+	var probs []Problem
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		switch {
+		case e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".conf"):
+			probs = append(probs, Problem{File: p, Warning: true, Err: errors.New("not read: configs go in a <type>.d folder")})
+		case e.IsDir() && !strings.HasSuffix(e.Name(), ".d") && abnf.ValidType(e.Name()) == nil:
+			if confs, _ := filepath.Glob(filepath.Join(p, "*.conf")); len(confs) > 0 {
+				probs = append(probs, Problem{File: p, Warning: true, Err: fmt.Errorf("not read: the configs of type %s go in %s.d", e.Name(), e.Name())})
+			}
+		}
+	}
+	return probs
+}
+
+// leftover reports whether a file name is one that editors and package
+// managers leave beside a config, and that nobody means as one.
+func leftover(name string) bool {
+	return strings.HasPrefix(name, ".") || strings.HasSuffix(name, "~") ||
+		strings.Contains(name, ".dpkg-") || strings.Contains(name, ".rpmnew") || strings.Contains(name, ".rpmsave")
+}
+
+// problem is err about the file f with content raw, placed at the fault:
+// a JSON syntax error's offset, or the value of the member it names.
+func problem(f string, raw []byte, err error) Problem {
+	p := Problem{File: f, Err: err}
+	off := -1
+	var se *rawjson.SyntaxError
+	var me *protocol.MemberError
+	switch {
+	case errors.As(err, &se):
+		off = se.Offset
+	case errors.As(err, &me):
+		off = memberOffset(raw, me.Name)
+	}
+	if off >= 0 {
+		p.Line, p.Col = lineCol(raw, off)
+	}
+	return p
+}
+
+// memberOffset returns the offset in raw of the value of the last
+// top-level member called name (the one a "given twice" error is about),
+// or -1.
+func memberOffset(raw []byte, name string) int {
+	obj, err := rawjson.Value(raw)
+	if err != nil {
+		return -1
+	}
+	off := -1
+	_ = rawjson.Members(obj, func(n string, value []byte) error {
+		if n == name {
+			off = cap(raw) - cap(value) // value lies within raw
+		}
+		return nil
+	})
+	return off
+}
+
+// lineCol turns a byte offset into a line and column, both from 1; the
+// column counts bytes.
+func lineCol(raw []byte, off int) (line, col int) {
+	off = min(off, len(raw))
+	line = 1 + bytes.Count(raw[:off], []byte("\n"))
+	return line, off - bytes.LastIndexByte(raw[:off], '\n')
+}
+
 func loadFile(path, folderType string) (Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, err
 	}
-	return parseConfig(path, raw, folderType)
+	c, err := parseConfig(path, raw, folderType)
+	c.Raw = raw
+	return c, err
 }
 
 // parseConfig checks a config file's content (protocol.ParseConfig) and
@@ -83,9 +190,9 @@ func parseConfig(path string, raw []byte, folderType string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{File: path, Type: pc.Type, Plugin: pc.Plugin, Name: pc.Name, CDIVersion: pc.CDIVersion, Raw: raw}
+	c := Config{File: path, Type: pc.Type, Plugin: pc.Plugin, Name: pc.Name, CDIVersion: pc.CDIVersion, Raw: raw, NearMisses: pc.NearMisses}
 	if c.Type != folderType {
-		return c, fmt.Errorf("type %q does not match its folder %s.d", c.Type, folderType)
+		return c, &protocol.MemberError{Name: "type", Err: fmt.Errorf("type %q does not match its folder %s.d", c.Type, folderType)}
 	}
 	return c, nil
 }
@@ -120,7 +227,12 @@ type PluginError struct {
 }
 
 func (e *PluginError) Error() string {
-	return fmt.Sprintf("%s (plugin %s): %v", e.Config.File, e.Config.Plugin, e.Err)
+	err := e.Err.Error()
+	var re *invoke.RunError
+	if errors.As(e.Err, &re) {
+		err = re.Detail() // without the plugin's name, which is named here
+	}
+	return fmt.Sprintf("%s (plugin %s): %s", e.Config.File, e.Config.Plugin, err)
 }
 
 func (e *PluginError) Unwrap() error { return e.Err }
@@ -274,9 +386,21 @@ func (c Caller) GC(ctx context.Context, conf Config, valid []string) ([]string, 
 // AddAll allocates a request across the node's plugins, all or nothing.
 // Items are routed to the configs of their type in load order; a config
 // that answers 103 (not enough) or 4 (unsupported spec) passes the items to
-// the next config of the type. If any type cannot be served, everything
-// this call added is deleted again and the failure is returned.
-func (c Caller) AddAll(ctx context.Context, confs []Config, id string, req abnf.Request, numa []int) ([]*Added, error) {
+// the next config of the type. held is what the request-id held before
+// the call (Held).
+//
+// If any type cannot be served, what this call added is deleted again, and
+// only that (a *RollbackError says what was freed and what kept). DEL frees
+// everything a request-id holds in a plugin, so:
+//   - a type whose items the id already held at the same amounts (a
+//     replay, which adds nothing) is never deleted;
+//   - a type whose plugins, or their delegates, held something under the
+//     id is served last, where it is never rolled back;
+//   - a request with two such types cannot be rolled back exactly and is
+//     refused with code 104 before any plugin runs.
+//
+// The answers are returned in the order of the request's types.
+func (c Caller) AddAll(ctx context.Context, confs []Config, id string, req abnf.Request, numa []int, held []Holding) ([]*Added, error) {
 	var types []string
 	byType := map[string][]abnf.Item{}
 	for _, it := range req.Items {
@@ -285,17 +409,97 @@ func (c Caller) AddAll(ctx context.Context, confs []Config, id string, req abnf.
 		}
 		byType[it.Spec.Type] = append(byType[it.Spec.Type], it)
 	}
+	order, replay, err := plan(confs, id, types, byType, held)
+	if err != nil {
+		return nil, err
+	}
 	var done []*Added
-	for _, typ := range types {
+	for _, typ := range order {
 		a, err := c.addType(ctx, OfType(confs, typ), typ, id, byType[typ], numa)
 		if err != nil {
-			c.rollback(ctx, done, id)
-			return nil, err
+			return nil, c.rollback(ctx, done, id, replay, err)
 		}
 		done = append(done, a)
 	}
+	slices.SortStableFunc(done, func(a, b *Added) int {
+		return slices.Index(types, a.Config.Type) - slices.Index(types, b.Config.Type)
+	})
 	return done, nil
 }
+
+// plan orders the types of a request for AddAll: replays first, then the
+// types whose plugins held nothing under id, then the one type whose
+// plugins did, if any. replay marks the types that are replays.
+func plan(confs []Config, id string, types []string, byType map[string][]abnf.Item, held []Holding) (order []string, replay map[string]bool, err error) {
+	replay = map[string]bool{}
+	var fresh, touched []string
+	for _, typ := range types {
+		if isReplay(held, typ, byType[typ]) {
+			replay[typ] = true
+			order = append(order, typ)
+			continue
+		}
+		var reaches []string
+		for _, conf := range OfType(confs, typ) {
+			reaches = append(reaches, conf.Reaches()...)
+		}
+		var before []string
+		for _, h := range held {
+			if slices.Contains(reaches, h.Plugin) {
+				before = append(before, h.String())
+			}
+		}
+		if len(before) == 0 {
+			fresh = append(fresh, typ)
+			continue
+		}
+		touched = append(touched, fmt.Sprintf("%s (already holds %s)", typ, strings.Join(before, "; ")))
+	}
+	if len(touched) > 1 {
+		return nil, nil, protocol.NewError(protocol.CodeConflict, fmt.Sprintf(
+			"request-id %s already holds something in the plugins of more than one new type of this request: %s; "+
+				"a failure could not be rolled back without freeing that too (DEL frees all an id holds in a plugin): "+
+				"add these types one call at a time, or use a fresh request-id", id, strings.Join(touched, ", ")))
+	}
+	order = append(order, fresh...)
+	for _, typ := range types {
+		if !replay[typ] && !slices.Contains(fresh, typ) {
+			order = append(order, typ)
+		}
+	}
+	return order, replay, nil
+}
+
+// isReplay reports whether a store held every item of a type at the same
+// amount: an ADD of them hands out what is recorded and adds nothing.
+func isReplay(held []Holding, typ string, items []abnf.Item) bool {
+	for _, h := range held {
+		if h.Unknown != nil || h.Type != typ {
+			continue
+		}
+		all := true
+		for _, it := range items {
+			if n, ok := h.Amounts[it.Spec.String()]; !ok || n != it.Amount {
+				all = false
+			}
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// RollbackError is a failed AddAll: the failure, and what was done about
+// what the call had added before it.
+type RollbackError struct {
+	Err   error
+	Freed []Config // DEL was run: what this call added there is freed
+	Kept  []Config // replays: the id held this before, and still does
+}
+
+func (e *RollbackError) Error() string { return e.Err.Error() }
+func (e *RollbackError) Unwrap() error { return e.Err }
 
 func (c Caller) addType(ctx context.Context, confs []Config, typ, id string, items []abnf.Item, numa []int) (*Added, error) {
 	if len(confs) == 0 {
@@ -317,11 +521,19 @@ func (c Caller) addType(ctx context.Context, confs []Config, typ, id string, ite
 	return nil, last
 }
 
-// rollback deletes what an AddAll had added, newest first.
-func (c Caller) rollback(ctx context.Context, done []*Added, id string) {
+// rollback deletes what an AddAll had added, newest first, leaving the
+// replays alone, and returns err as a *RollbackError.
+func (c Caller) rollback(ctx context.Context, done []*Added, id string, replay map[string]bool, err error) error {
+	rb := &RollbackError{Err: err}
 	for i := len(done) - 1; i >= 0; i-- {
+		if replay[done[i].Config.Type] {
+			rb.Kept = append(rb.Kept, done[i].Config)
+			continue
+		}
 		// DEL never fails the caller; a failure here is already logged by
 		// the plugin and will be caught by GC.
 		_, _ = c.Del(ctx, done[i].Config, id)
+		rb.Freed = append(rb.Freed, done[i].Config)
 	}
+	return rb
 }

@@ -91,8 +91,12 @@ type RunError struct {
 	Err    error
 }
 
-func (e *RunError) Error() string {
-	s := fmt.Sprintf("%s: %s: %v", e.Plugin, e.Kind, e.Err)
+func (e *RunError) Error() string { return e.Plugin + ": " + e.Detail() }
+
+// Detail is the error without the plugin's name, for messages that name
+// the plugin already.
+func (e *RunError) Detail() string {
+	s := fmt.Sprintf("%s: %v", e.Kind, e.Err)
 	if e.Stderr != "" {
 		s += "; stderr: " + strings.TrimSpace(e.Stderr)
 	}

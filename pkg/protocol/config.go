@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/nearmiss"
 	"github.com/cdi-exec/plugins/pkg/rawjson"
 )
 
@@ -19,6 +20,32 @@ type Config struct {
 	Type       string          `json:"type"`
 	Plugin     string          `json:"plugin"`
 	Args       json.RawMessage `json:"args,omitempty"`
+	// NearMisses lists the top-level members that are not the config's
+	// own but within an edit distance of 2 of one (such as "arg" for
+	// "args"). The protocol allows unknown members, so they are no error,
+	// but a typo would silently drop what it meant: callers and plugins
+	// warn about them (NearMiss.String).
+	NearMisses []NearMiss `json:"-"`
+}
+
+// MemberError is an error about one member of a config, which it names, so
+// that a caller can point at it in the file.
+type MemberError struct {
+	Name string // the member's name as given; a dotted path below the top
+	Err  error
+}
+
+func (e *MemberError) Error() string { return e.Err.Error() }
+func (e *MemberError) Unwrap() error { return e.Err }
+
+// NearMiss is an unknown config member whose name is close to a known one.
+type NearMiss struct {
+	Name  string // as given
+	Known string // the member it probably means
+}
+
+func (m NearMiss) String() string {
+	return fmt.Sprintf("unknown member %q is ignored; did you mean %q?", m.Name, m.Known)
 }
 
 // ErrNotObject is wrapped by ParseConfig when the input is not one JSON
@@ -44,9 +71,10 @@ func ParseConfig(b []byte) (Config, error) {
 		if len(bytes.TrimSpace(b)) == 0 {
 			return Config{}, ErrEmpty
 		}
-		return Config{}, fmt.Errorf("%w: %v", ErrNotObject, err)
+		return Config{}, fmt.Errorf("%w: %w", ErrNotObject, err)
 	}
 	var found [len(configFields)][]byte
+	var near []NearMiss
 	err = members(v, "", func(name string, value []byte) error {
 		for i, f := range configFields {
 			switch {
@@ -54,8 +82,11 @@ func ParseConfig(b []byte) (Config, error) {
 				found[i] = value
 				return nil
 			case strings.EqualFold(name, f):
-				return caseError("", name, f)
+				return &MemberError{Name: name, Err: caseError("", name, f)}
 			}
+		}
+		if known, ok := nearmiss.Closest(name, configFields[:]); ok {
+			near = append(near, NearMiss{Name: name, Known: known})
 		}
 		return nil
 	})
@@ -64,7 +95,9 @@ func ParseConfig(b []byte) (Config, error) {
 	} else if err != nil {
 		return Config{}, err
 	}
-	return configFrom(found)
+	c, err := configFrom(found, near)
+	c.NearMisses = near
+	return c, err
 }
 
 // configFields are the config's members, in the order they are checked;
@@ -72,27 +105,33 @@ func ParseConfig(b []byte) (Config, error) {
 var configFields = [...]string{"cdiVersion", "name", "type", "plugin", "args"}
 
 // configFrom checks the raw members of a config, indexed as configFields.
-func configFrom(m [len(configFields)][]byte) (Config, error) {
+// A missing field that a near miss probably means is named with it.
+func configFrom(m [len(configFields)][]byte, near []NearMiss) (Config, error) {
 	var c Config
 	for i, dst := range []*string{&c.CDIVersion, &c.Name, &c.Type, &c.Plugin} {
 		if m[i] == nil {
+			for _, n := range near {
+				if n.Known == configFields[i] {
+					return Config{}, fmt.Errorf("missing required field %q (there is %q: a typo?)", configFields[i], n.Name)
+				}
+			}
 			return Config{}, fmt.Errorf("missing required field %q", configFields[i])
 		}
 		s, err := rawjson.String(m[i])
 		if err != nil {
-			return Config{}, fmt.Errorf("field %q must be a string", configFields[i])
+			return Config{}, &MemberError{Name: configFields[i], Err: fmt.Errorf("field %q must be a string", configFields[i])}
 		}
 		*dst = s
 	}
 	if err := abnf.ValidType(c.Type); err != nil {
-		return Config{}, fmt.Errorf("field \"type\": %w", err)
+		return Config{}, &MemberError{Name: "type", Err: fmt.Errorf("field \"type\": %w", err)}
 	}
 	if err := ValidPluginName(c.Plugin); err != nil {
-		return Config{}, fmt.Errorf("field \"plugin\": %w", err)
+		return Config{}, &MemberError{Name: "plugin", Err: fmt.Errorf("field \"plugin\": %w", err)}
 	}
 	if a := m[len(m)-1]; a != nil && string(a) != "null" {
 		if a[0] != '{' {
-			return Config{}, errors.New(`field "args" must be an object`)
+			return Config{}, &MemberError{Name: "args", Err: errors.New(`field "args" must be an object`)}
 		}
 		c.Args = bytes.Clone(a)
 	}

@@ -53,6 +53,38 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// A top-level member within edit distance 2 of a known one is kept as a
+// near miss, so callers and plugins can warn; a missing field says which
+// member was probably meant.
+func TestParseConfigNearMisses(t *testing.T) {
+	const base = `"cdiVersion":"0.0.1","name":"x","type":"gpu"`
+	tests := []struct {
+		name, in string
+		want     []NearMiss
+		err      string
+	}{
+		{"arg for args", `{` + base + `,"plugin":"drm","arg":{"vendorid_whitelist":["0x10de"]}}`, []NearMiss{{"arg", "args"}}, ""},
+		{"two", `{` + base + `,"plugin":"drm","argz":{},"nmae":"y"}`, []NearMiss{{"argz", "args"}, {"nmae", "name"}}, ""},
+		{"far from every member", `{` + base + `,"plugin":"drm","capabilities":{}}`, nil, ""},
+		{"plugins for plugin", `{` + base + `,"plugins":"drm"}`, nil, `missing required field "plugin" (there is "plugins": a typo?)`},
+	}
+	for _, tt := range tests {
+		c, err := ParseConfig([]byte(tt.in))
+		if tt.err != "" {
+			if err == nil || err.Error() != tt.err {
+				t.Errorf("%s: error %v, want %q", tt.name, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(c.NearMisses, tt.want) {
+			t.Errorf("%s: %v, %v; want %v", tt.name, c.NearMisses, err, tt.want)
+		}
+	}
+	if got := (NearMiss{"arg", "args"}).String(); got != `unknown member "arg" is ignored; did you mean "args"?` {
+		t.Errorf("String: %s", got)
+	}
+}
+
 func TestValidPluginName(t *testing.T) {
 	for name, ok := range map[string]bool{
 		"drm": true, "generic-tty": true, "a.b": true, "...": true,

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -88,6 +89,21 @@ func (e Env) CheckRoots() error {
 	}
 	if !filepath.IsAbs(e.StateDir) {
 		return Errorf(CodeStore, "%s %q is not an absolute path", EnvStateDir, e.StateDir)
+	}
+	return nil
+}
+
+// HostRootProblem says why the host root is probably not a host's root: it
+// has no sys/class or no dev, so no device can be found under it and every
+// capacity is 0. It returns nil for a root with both. Callers warn with it
+// (it is no error: a host may have no devices), and plugins only when they
+// found nothing, so that the usual call pays no extra system call.
+func (e Env) HostRootProblem() error {
+	for _, dir := range []string{"sys/class", "dev"} {
+		p := filepath.Join(e.HostRoot, dir)
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%s %s has no %s directory (%s): no device can be found under it; is it the host's root?", EnvHostRoot, e.HostRoot, dir, p)
+		}
 	}
 	return nil
 }

@@ -128,7 +128,7 @@ func members(raw []byte, path string, fn func(name string, value []byte) error) 
 	seen := make(map[string]bool, 8)
 	return rawjson.Members(raw, func(name string, value []byte) error {
 		if seen[name] {
-			return fmt.Errorf("field %q is given twice", path+name)
+			return &MemberError{Name: path + name, Err: fmt.Errorf("field %q is given twice", path+name)}
 		}
 		seen[name] = true
 		return fn(name, value)

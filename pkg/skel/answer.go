@@ -18,6 +18,9 @@ func answer(ctx context.Context, plugin Plugin, c *Call) ([]protocol.Field, erro
 		if err != nil {
 			return nil, err
 		}
+		if caps[c.Config.Type] == 0 {
+			warnHostRoot(c)
+		}
 		return capacityFields(c, caps)
 	case protocol.CmdAdd:
 		res, err := plugin.Add(ctx, c)
@@ -32,6 +35,9 @@ func answer(ctx context.Context, plugin Plugin, c *Call) ([]protocol.Field, erro
 		if err != nil {
 			return nil, err
 		}
+		if len(devs) == 0 {
+			warnHostRoot(c)
+		}
 		return []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "devices", Value: protocol.NonNil(devs)}}, nil
 	}
 	res, err := plugin.(Collector).GC(ctx, c) // the only command left
@@ -43,6 +49,14 @@ func answer(ctx context.Context, plugin Plugin, c *Call) ([]protocol.Field, erro
 		out = append(out, protocol.Field{Key: "errors", Value: res.Errors})
 	}
 	return out, nil
+}
+
+// warnHostRoot warns, when a plugin found nothing, if that is because
+// CDI_HOST_ROOT is no host's root (protocol.Env.HostRootProblem).
+func warnHostRoot(c *Call) {
+	if err := c.Env.HostRootProblem(); err != nil {
+		c.Warnf("%v", err)
+	}
 }
 
 // addFields renders an ADD answer: numa_locality only when it was asked

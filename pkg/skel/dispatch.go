@@ -19,26 +19,28 @@ type Dispatcher struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// Environ lists the environment as NAME=value pairs, read only to name
+	// a misspelt variable in an error; nil for no such hints.
+	Environ func() []string
 }
 
 // Main runs the plugin as the current process and exits. A termination
 // signal kills the process outright: every store change is one transaction,
 // so nothing is left half-written.
 func Main(about About) {
-	d := Dispatcher{Getenv: os.Getenv, Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	d := Dispatcher{Getenv: os.Getenv, Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ}
 	os.Exit(d.Run(context.Background(), about))
 }
 
 // Run executes one command and returns the process exit status. Run by
-// hand, the plugin prints one line on stderr saying what it is and how it
-// is called, and exits 1.
+// hand, the plugin prints one line saying what it is and how it is called
+// (byHand).
 func (d *Dispatcher) Run(ctx context.Context, about About) int {
 	if d.versionFlag(about) {
 		return 0
 	}
-	if d.byHand() {
-		fmt.Fprint(d.Stderr, usage(about))
-		return 1
+	if status, done := d.byHand(about); done {
+		return status
 	}
 	cmd := protocol.Command(d.Getenv(protocol.EnvCommand))
 	if cmd == protocol.CmdVersion {
@@ -73,6 +75,9 @@ func (d *Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []p
 func (d *Dispatcher) run(ctx context.Context, about About, c *Call) ([]protocol.Field, error) {
 	if err := d.readConfig(ctx, c); err != nil {
 		return nil, err
+	}
+	for _, m := range c.Config.NearMisses {
+		c.Warnf("config: %v", m)
 	}
 	if err := d.checkCommand(c); err != nil {
 		return nil, err
@@ -154,7 +159,7 @@ func (d *Dispatcher) checkCommand(c *Call) error {
 	case protocol.CmdInfo, protocol.CmdAdd, protocol.CmdDel, protocol.CmdGC, protocol.CmdDevices:
 		return nil
 	case "":
-		return protocol.NewError(protocol.CodeCommandUnsupported, "CDI_COMMAND is not set")
+		return protocol.NewError(protocol.CodeCommandUnsupported, d.notSet(protocol.EnvCommand))
 	}
 	return d.unsupported()
 }

@@ -15,7 +15,7 @@ func (d *Dispatcher) parseRequest(about About, c *Call) error {
 	case protocol.CmdAdd, protocol.CmdDel:
 		c.RequestID = d.Getenv(protocol.EnvRequestID)
 		if c.RequestID == "" {
-			return protocol.NewError(protocol.CodeInvalidRequest, "CDI_REQUEST_ID is not set")
+			return protocol.NewError(protocol.CodeInvalidRequest, d.notSet(protocol.EnvRequestID))
 		}
 		if err := abnf.ValidRequestID(c.RequestID); err != nil {
 			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_ID: %w", err)
@@ -36,7 +36,7 @@ func (d *Dispatcher) parseValidIDs(c *Call) error {
 	raw := d.Getenv(protocol.EnvValidIDs)
 	switch raw {
 	case "":
-		return protocol.NewError(protocol.CodeInvalidRequest, "CDI_VALID_REQUEST_IDS is not set; refusing to collect without a list of valid request-ids")
+		return protocol.NewError(protocol.CodeInvalidRequest, d.notSet(protocol.EnvValidIDs)+"; refusing to collect without a list of valid request-ids")
 	case protocol.NoValidIDs:
 		raw = ""
 	}
@@ -58,7 +58,7 @@ func (d *Dispatcher) parseValidIDs(c *Call) error {
 func (d *Dispatcher) parseAdd(about About, c *Call) error {
 	raw := d.Getenv(protocol.EnvRequest)
 	if raw == "" {
-		return protocol.NewError(protocol.CodeInvalidRequest, "CDI_REQUEST is not set")
+		return protocol.NewError(protocol.CodeInvalidRequest, d.notSet(protocol.EnvRequest))
 	}
 	specs, err := abnf.RequestSpecs(raw)
 	if err != nil {

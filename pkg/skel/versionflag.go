@@ -5,7 +5,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
-// versionFlag answers `<plugin> --version` for people, on stderr, without
+// versionFlag answers `<plugin> --version` for people, on stdout, without
 // reading stdin or the environment (docs/protocol.md#plugin-command-line).
 // It reports whether it did; the VERSION command is separate.
 func (d *Dispatcher) versionFlag(about About) bool {
@@ -13,5 +13,5 @@ func (d *Dispatcher) versionFlag(about About) bool {
 	if name == "" {
 		name = "plugin"
 	}
-	return buildinfo.PrintIfAsked(d.Args, d.Stderr, name, protocol.SupportedVersions())
+	return buildinfo.PrintIfAsked(d.Args, d.Stdout, name, protocol.SupportedVersions())
 }

@@ -14,7 +14,7 @@ func (r failReader) Read([]byte) (int, error) {
 	return 0, nil
 }
 
-// --version answers on stderr and exits 0 before anything else: it reads
+// --version answers on stdout and exits 0 before anything else: it reads
 // no stdin and ignores CDI_COMMAND; other arguments are not --version.
 func TestVersionFlag(t *testing.T) {
 	var stdout, stderr strings.Builder
@@ -24,8 +24,8 @@ func TestVersionFlag(t *testing.T) {
 		Stdin:  failReader{t}, Stdout: &stdout, Stderr: &stderr,
 	}
 	about := About{Name: "drm", New: func(*Call) (Plugin, error) { t.Fatal("plugin created"); return nil, nil }}
-	if got := d.Run(context.Background(), about); got != 0 || stdout.Len() != 0 ||
-		!strings.HasPrefix(stderr.String(), "drm ") || !strings.Contains(stderr.String(), "\nprotocol: 0.0.1, 0.0.2\n") {
+	if got := d.Run(context.Background(), about); got != 0 || stderr.Len() != 0 ||
+		!strings.HasPrefix(stdout.String(), "drm ") || !strings.Contains(stdout.String(), "\nprotocol: 0.0.1, 0.0.2\n") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", got, stdout.String(), stderr.String())
 	}
 	stderr.Reset()

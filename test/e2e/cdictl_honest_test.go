@@ -16,8 +16,12 @@ type lsOut struct {
 	Allocations []struct {
 		RequestID  string
 		Plugin     string
+		Type       string
+		Spec       string
 		Devices    []string
 		CDIDevices []string `json:"cdiDevices"`
+		Delegate   string
+		DelegateOf string `json:"delegateOf"`
 	}
 	Errors []struct {
 		Store   string
@@ -70,24 +74,7 @@ func TestCdictlLsAsNonRoot(t *testing.T) {
 	if r := n.ctl("add", "--id", "pod-a", "tty:1"); r.status != 0 {
 		t.Fatalf("add: %s %s", r.stdout, r.stderr)
 	}
-	// A copy of cdictl that uid 65534 may execute: the binary directory
-	// may sit in a private temporary directory.
-	dir, err := os.MkdirTemp("", "cdictl-nobody")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "cdictl")
-	b, err := os.ReadFile(filepath.Join(binDir, "cdictl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := nobodyCopy(t, "cdictl")
 	// The state directory as plugins create it (0700, root) and, second,
 	// opened up: the directory is still root's, which a store reader of
 	// another user refuses (docs/reliability.md).
@@ -105,7 +92,7 @@ func TestCdictlLsAsNonRoot(t *testing.T) {
 		}
 		cmd := exec.Command(bin, "ls", "--state-dir", n.state)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		r := run(t, cmd, "", []string{"PATH=/usr/bin:/bin", "CDI_CONF_DIR=" + dir})
+		r := run(t, cmd, "", []string{"PATH=/usr/bin:/bin", "CDI_CONF_DIR=" + filepath.Dir(bin)})
 		var out lsOut
 		r.json(t, &out)
 		if r.status != 1 || len(out.Allocations) != 0 || len(out.Errors) != 1 || out.Errors[0].Code != 106 ||
@@ -181,14 +168,7 @@ esac`)
 		t.Fatalf("table: %d %s\n%s", r.status, r.stdout, r.stderr)
 	}
 
-	h, err := fixture.Load("../../demo/host.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	demo := &ctlNode{node: newNode(t, h), scripts: t.TempDir()}
-	if demo.conf, err = filepath.Abs("../../conf"); err != nil {
-		t.Fatal(err)
-	}
+	demo := demoNode(t, "../../conf")
 	if r := demo.ctl("devices"); r.status != 0 {
 		t.Fatalf("devices with the bundled configs: %d %s\n%s", r.status, r.stdout, r.stderr)
 	}

@@ -82,8 +82,9 @@ func TestCdictlInfoAndVersion(t *testing.T) {
 	r := n.ctl("info")
 	var caps map[string]any
 	r.json(t, &caps)
-	// 8 + 4 GPUs from two configs; 7 ttys (tty13..tty19).
-	if r.status != 0 || caps["gpu"] != float64(12) || caps["tty"] != float64(7) || caps["cdiVersion"] != "0.0.2" {
+	// 8 + 4 GPUs from two configs; 7 ttys (tty13..tty19). The configs
+	// that cannot be used make the command fail after it reported the rest.
+	if r.status != 1 || caps["gpu"] != float64(12) || caps["tty"] != float64(7) || caps["cdiVersion"] != "0.0.2" {
 		t.Fatalf("info: %d %v\n%s", r.status, caps, r.stderr)
 	}
 	for _, want := range []string{"wrong.conf", "does not match its folder", "escape.conf", "broken.conf", "bad_type.d"} {
@@ -233,24 +234,16 @@ func TestCdictlBrokenPlugins(t *testing.T) {
 	if recs := n.records("generic-tty"); len(recs) != 0 {
 		t.Fatalf("tty not rolled back: %v", recs)
 	}
-	// DEL reports the broken plugins and still exits 0.
-	if r := n.ctl("del", "--id", "p", "--timeout", "500ms"); r.status != 0 {
-		t.Fatalf("del: %d", r.status)
+	// DEL reports the broken plugins, naming them, and exits 1.
+	if r := n.ctl("del", "--id", "p", "--timeout", "500ms"); r.status != 1 || !strings.Contains(r.stderr, "hang.conf") || !strings.Contains(r.stderr, "ghost.conf") {
+		t.Fatalf("del: %d %s", r.status, r.stderr)
 	}
 }
 
 // The demo's configs in demo/conf/ on the bundled demo host: what `make
 // demo` shows, including the sriov → drm chain on the pre-partitioned PF.
 func TestBundledConfigsOnDemoHost(t *testing.T) {
-	h, err := fixture.Load("../../demo/host.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &ctlNode{node: newNode(t, h), scripts: t.TempDir()}
-	n.conf, err = filepath.Abs("../../demo/conf")
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := demoNode(t, "../../demo/conf")
 	r := n.ctl("info")
 	var caps map[string]any
 	r.json(t, &caps)

@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
-
-	"github.com/cdi-exec/plugins/test/fixture"
 )
 
 // shippedConfigs returns the configs `make install-conf` installs:
@@ -55,14 +53,7 @@ func TestShippedConfigsAreSafe(t *testing.T) {
 // node (5: the SR-IOV PF with active VFs and its VFs are not whole GPUs),
 // and tty13..tty63; nothing else.
 func TestShippedConfigsOnDemoHost(t *testing.T) {
-	h, err := fixture.Load("../../demo/host.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &ctlNode{node: newNode(t, h), scripts: t.TempDir()}
-	if n.conf, err = filepath.Abs("../../conf"); err != nil {
-		t.Fatal(err)
-	}
+	n := demoNode(t, "../../conf")
 	var caps map[string]any
 	r := n.ctl("info")
 	r.json(t, &caps)
@@ -84,14 +75,7 @@ func TestShippedConfigsOnDemoHost(t *testing.T) {
 // Every example config is accepted by its plugin as it stands: INFO
 // succeeds on the demo host, where none of their devices exist.
 func TestExampleConfigsAreValid(t *testing.T) {
-	h, err := fixture.Load("../../demo/host.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &ctlNode{node: newNode(t, h), scripts: t.TempDir()}
-	if n.conf, err = filepath.Abs("../../conf/examples"); err != nil {
-		t.Fatal(err)
-	}
+	n := demoNode(t, "../../conf/examples")
 	var caps map[string]any
 	r := n.ctl("info")
 	r.json(t, &caps)

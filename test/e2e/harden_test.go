@@ -136,8 +136,9 @@ func TestStoreLocationAsNonRoot(t *testing.T) {
 		}
 	}
 	conf := readConf(t, "tty.conf")
+	bin := nobodyCopy(t, "generic-tty")
 	asNobody := func(state string, env ...string) result {
-		cmd := exec.Command(filepath.Join(binDir, "generic-tty"))
+		cmd := exec.Command(bin)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		return run(t, cmd, conf, append([]string{"CDI_HOST_ROOT=" + n.root, "CDI_STATE_DIR=" + state}, env...))
 	}

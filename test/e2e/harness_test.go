@@ -310,3 +310,29 @@ func (n *node) goldenSteps(t *testing.T, plugin, conf string, steps []goldenStep
 		golden(t, s.golden, r)
 	}
 }
+
+// nobodyCopy returns a copy of the binary name that uid 65534 can execute.
+// The binary directory may sit in a checkout no other user can traverse
+// (a clone under a 0700 home), so tests that run a binary as another user
+// run this copy, in a 0755 directory of its own under the system's
+// temporary directory, removed when the test ends.
+func nobodyCopy(t *testing.T, name string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cdi-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(binDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, name)
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}

@@ -307,16 +307,20 @@ func TestCdictlTopologyTable(t *testing.T) {
 	}
 }
 
-// ghw is for people (cdictl): the plugin binaries never link it.
-func TestPluginsDoNotLinkGHW(t *testing.T) {
-	for _, bin := range []string{"drm", "generic-tty", "sriov", "cdictl"} {
-		info, err := buildinfo.ReadFile(filepath.Join(binDir, bin))
-		if err != nil {
-			t.Fatal(err)
-		}
-		linked := slices.ContainsFunc(info.Deps, func(m *debug.Module) bool { return m.Path == "github.com/jaypipes/ghw" })
-		if linked != (bin == "cdictl") {
-			t.Errorf("%s links ghw: %v", bin, linked)
+// The libraries for people are linked into cdictl only, never into the
+// plugin binaries, which are on the hot path: ghw (topology), cobra and
+// pflag (the command line) and YAML (-o yaml).
+func TestPluginsDoNotLinkPeoplesLibraries(t *testing.T) {
+	for _, mod := range []string{"github.com/jaypipes/ghw", "github.com/spf13/cobra", "github.com/spf13/pflag", "go.yaml.in/yaml/v3"} {
+		for _, bin := range []string{"drm", "generic-tty", "sriov", "cdictl"} {
+			info, err := buildinfo.ReadFile(filepath.Join(binDir, bin))
+			if err != nil {
+				t.Fatal(err)
+			}
+			linked := slices.ContainsFunc(info.Deps, func(m *debug.Module) bool { return m.Path == mod })
+			if linked != (bin == "cdictl") {
+				t.Errorf("%s links %s: %v", bin, mod, linked)
+			}
 		}
 	}
 }

@@ -33,7 +33,7 @@ func checkBuildInfo(t *testing.T, name, text string) {
 	}
 }
 
-// A plugin run by a person with --version prints its build on stderr and
+// A plugin run by a person with --version prints its build on stdout and
 // exits 0. It reads no stdin and ignores the protocol's variables: the
 // bytes on stdin are still there afterwards and no store is created.
 func TestPluginVersionFlag(t *testing.T) {
@@ -58,10 +58,10 @@ func TestPluginVersionFlag(t *testing.T) {
 			if err := cmd.Run(); err != nil {
 				t.Fatalf("%v\n%s", err, stderr.String())
 			}
-			if stdout.Len() != 0 {
-				t.Errorf("stdout: %q", stdout.String())
+			if stderr.Len() != 0 {
+				t.Errorf("stderr: %q", stderr.String())
 			}
-			checkBuildInfo(t, name, stderr.String())
+			checkBuildInfo(t, name, stdout.String())
 			buf := make([]byte, len(sentinel)+1)
 			if n, _ := r.Read(buf); string(buf[:n]) != sentinel {
 				t.Errorf("stdin was read: %q left", buf[:n])

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -105,6 +106,16 @@ func (r *debRoot) run(bin string, args ...string) (stdout, stderr string, status
 // purging it keeps state.
 func TestDeb(t *testing.T) {
 	deb := debPackage(t)
+	// The control file: a Maintainer with an address, as Debian policy
+	// asks, and a description of both of the bridge's modes.
+	fields, err := exec.Command("dpkg-deb", "-f", deb, "Maintainer", "Description").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dpkg-deb -f: %v\n%s", err, fields)
+	}
+	if !regexp.MustCompile(`(?m)^Maintainer: .+ <[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+>$`).Match(fields) ||
+		!strings.Contains(string(fields), "DRA driver") || !strings.Contains(string(fields), "device-plugin") {
+		t.Errorf("control fields:\n%s", fields)
+	}
 	confs, _ := filepath.Glob(filepath.Join(repo, "conf/*.d/*.conf"))
 	var wantConffiles []string
 	for _, c := range confs {
@@ -163,9 +174,9 @@ func TestDeb(t *testing.T) {
 	if !r.exists("var/lib/cdi/generic-tty.db") {
 		t.Error("the allocation is not in the root's /var/lib/cdi")
 	}
-	_, stderr, code = r.run("/opt/cdi/bin/drm", "--version")
-	if code != 0 || !strings.HasPrefix(stderr, "drm v") || !strings.Contains(stderr, "protocol: 0.0.1, 0.0.2") {
-		t.Errorf("drm --version: %d %q", code, stderr)
+	stdout, _, code = r.run("/opt/cdi/bin/drm", "--version")
+	if code != 0 || !strings.HasPrefix(stdout, "drm v") || !strings.Contains(stdout, "protocol: 0.0.1, 0.0.2") {
+		t.Errorf("drm --version: %d %q", code, stdout)
 	}
 
 	r.dpkg("--remove", "cdi-exec-plugins")

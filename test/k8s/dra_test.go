@@ -133,8 +133,8 @@ func (d *draRun) ttyConf() string {
 	return fmt.Sprintf(`{"cdiVersion": "0.0.2", "name": "virtual consoles", "type": "tty", "plugin": "generic-tty", "args": {"num_system_reserved": %d}}`, d.reserved)
 }
 
-// loadImage builds the image as make image does (podman build -f
-// Containerfile bin, no network), with podman's storage in the node's
+// loadImage builds the image with make image (a context of the binaries
+// and their licenses, no network), with podman's storage in the node's
 // directory, saves it as an OCI archive and imports it into the node's
 // containerd.
 func (d *draRun) loadImage(ctx context.Context, t *testing.T) {
@@ -150,13 +150,14 @@ func (d *draRun) loadImage(ctx context.Context, t *testing.T) {
 		"--events-backend", "none", "--cgroup-manager", "cgroupfs",
 	}
 	archive := filepath.Join(dir, "plugins.oci.tar")
-	for _, args := range [][]string{
-		append(podman, "build", "--pull=never", "--network=none", "-f", filepath.Join(repoRoot, "Containerfile"), "-t", image, d.b.bin),
-		append(podman, "save", "--format", "oci-archive", "--output", archive, image),
-	} {
-		if _, err := run(ctx, []string{"TMPDIR=" + filepath.Join(dir, "tmp")}, "podman", args...); err != nil {
-			t.Fatal(err)
-		}
+	tmp := []string{"TMPDIR=" + filepath.Join(dir, "tmp")}
+	// make image stages the binaries and their licenses as the context.
+	if _, err := run(ctx, tmp, "make", "--no-print-directory", "-C", repoRoot, "-o", "build", "image", "BIN="+d.b.bin,
+		"IMAGE="+image, "PODMAN=podman", "PODMAN_FLAGS="+strings.Join(podman, " ")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(ctx, tmp, "podman", append(podman, "save", "--format", "oci-archive", "--output", archive, image)...); err != nil {
+		t.Fatal(err)
 	}
 	if err := d.c.ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)

@@ -63,9 +63,7 @@ func New(opt Options) (*Bridge, error) {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
 	byType, probs, err := Configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
-	for _, p := range probs {
-		opt.Log.Warn("config skipped", "file", p.File, "err", p.Err)
-	}
+	LogProblems(opt.Log, probs)
 	if err != nil {
 		return nil, err
 	}

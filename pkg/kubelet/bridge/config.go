@@ -3,11 +3,24 @@ package bridge
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/cdispec"
 )
+
+// LogProblems logs what Configs found wrong with the config files: a file
+// left out, or a warning about one that loaded (caller.Problem).
+func LogProblems(log *slog.Logger, probs []caller.Problem) {
+	for _, p := range probs {
+		if p.Warning {
+			log.Warn("config warning", "problem", p.Error())
+			continue
+		}
+		log.Warn("config skipped", "file", p.File, "err", p.Err)
+	}
+}
 
 // Configs loads the plugin configs under dir, grouped by resource type in
 // load order, keeping only types when any are given. Each config without a

@@ -85,9 +85,7 @@ func New(opt Options) (*Plugin, error) {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
 	byType, probs, err := bridge.Configs(opt.ConfDir, opt.Types, opt.Suffix, opt.CDISpecDir)
-	for _, p := range probs {
-		opt.Log.Warn("config skipped", "file", p.File, "err", p.Err)
-	}
+	bridge.LogProblems(opt.Log, probs)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+func validateCommand() *command {
+	return &command{name: "validate", args: "[--specs [--spec-dir DIR]...]", summary: "check every plugin config, and with --specs the CDI spec files: one line per problem",
+		example: "cdictl validate\n  cdictl validate --specs --spec-dir /etc/cdi",
+		setup: func(fs *pflag.FlagSet) runFunc {
+			var specs bool
+			fs.BoolVar(&specs, "specs", false, "also check the CDI spec files of --spec-dir")
+			dirs := specDirFlag(fs)
+			return func(a *app, args []string) int { return a.validate(specs, *dirs, args) }
+		}}
+}
+
+// finding is one problem that validate found.
+type finding struct {
+	File    string `json:"file"`
+	Line    int    `json:"line,omitempty"`
+	Col     int    `json:"col,omitempty"`
+	Msg     string `json:"msg"`
+	Warning bool   `json:"warning,omitempty"`
+}
+
+func (f *finding) String() string {
+	pos := f.File
+	if f.Line > 0 {
+		pos = fmt.Sprintf("%s:%d:%d", f.File, f.Line, f.Col)
+	}
+	if f.Warning {
+		return pos + ": warning: " + f.Msg
+	}
+	return pos + ": " + f.Msg
+}
+
+// validate checks every config as callers load it (caller.Load: JSON,
+// required fields, file names and places, misspelt members), then has each
+// usable config's plugin check it by running INFO, which decodes the args
+// strictly and reads, never writes. With --specs it checks the CDI spec
+// files as the CDI library reads them. Every problem and warning is one
+// line ("file:line:col: message"); any is exit 1.
+func (a *app) validate(specs bool, dirs []string, args []string) int {
+	if len(args) != 0 {
+		return a.usageErr("takes no arguments")
+	}
+	confs, probs := caller.Load(a.cfg.ConfDir)
+	out := []finding{}
+	for _, p := range probs {
+		out = append(out, finding{File: p.File, Line: p.Line, Col: p.Col, Msg: p.Err.Error(), Warning: p.Warning})
+	}
+	if len(confs) == 0 && len(probs) == 0 {
+		out = append(out, finding{File: a.cfg.ConfDir, Msg: "no plugin config (<type>.d/*.conf)"})
+	}
+	for _, conf := range confs {
+		if _, err := a.caller().Info(a.ctx(), conf); err != nil {
+			e := toErrorJSON(err)
+			out = append(out, finding{File: conf.File, Msg: fmt.Sprintf("plugin %s refuses it: %s", conf.Plugin, e)})
+		}
+	}
+	if specs {
+		_, sp, err := readSpecs(dirs)
+		if err != nil {
+			return a.fail(protocol.Errorf(protocol.CodeInternal, "reading CDI specs: %w", err))
+		}
+		for _, p := range sp {
+			out = append(out, finding{File: p.File, Msg: p.Error})
+		}
+	}
+	if a.tabular() {
+		for i := range out {
+			fmt.Fprintln(a.stdout, out[i].String())
+		}
+	} else {
+		a.writeFields([]protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "problems", Value: out}})
+	}
+	if len(out) > 0 {
+		fmt.Fprintf(a.stderr, "cdictl: %d problems\n", len(out))
+	}
+	return a.status(len(out) > 0)
+}
