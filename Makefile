@@ -19,11 +19,14 @@ NFPM        := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.2
 FUZZTIME    ?= 20s
 
 # The version stamped into every binary (docs/operations.md#versions).
+# git trusts this checkout whoever owns it: a clone owned by another user
+# ("dubious ownership") is still described, not stamped empty.
+GIT         := git -c safe.directory='*'
 ifeq ($(origin VERSION),undefined)
 VERSION := $(shell scripts/version.sh)
 endif
 ifeq ($(origin COMMIT),undefined)
-COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT := $(shell $(GIT) rev-parse HEAD 2>/dev/null)
 endif
 BUILDINFO := github.com/cdi-exec/plugins/pkg/buildinfo
 
