@@ -19,14 +19,16 @@ NFPM        := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.2
 FUZZTIME    ?= 20s
 
 # The version stamped into every binary (docs/operations.md#versions).
-# git trusts this checkout whoever owns it: a clone owned by another user
-# ("dubious ownership") is still described, not stamped empty.
-GIT         := git -c safe.directory='*'
+# GIT_TRUST makes git trust this checkout whoever owns it (command-line
+# config, in the environment): in a clone owned by another user ("dubious
+# ownership") the version and commit are still found, and go build's own
+# VCS stamping does not fail.
+GIT_TRUST := GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
 ifeq ($(origin VERSION),undefined)
-VERSION := $(shell scripts/version.sh)
+VERSION := $(shell $(GIT_TRUST) scripts/version.sh)
 endif
 ifeq ($(origin COMMIT),undefined)
-COMMIT := $(shell $(GIT) rev-parse HEAD 2>/dev/null)
+COMMIT := $(shell $(GIT_TRUST) git rev-parse HEAD 2>/dev/null)
 endif
 BUILDINFO := github.com/cdi-exec/plugins/pkg/buildinfo
 
@@ -39,7 +41,7 @@ GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 all: build
 
 build:
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./plugins/... ./cmd/...
+	$(GIT_TRUST) $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./plugins/... ./cmd/...
 
 # The node image (Containerfile, deploy/): the static binaries of bin/ and
 # nothing else, FROM scratch, so it needs no network.

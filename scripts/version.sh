@@ -9,9 +9,6 @@
 # and 0.0.0 when nothing is known.
 set -eu
 cd "$(dirname "$0")/.."
-# Trust this checkout whoever owns it (a clone owned by another user is
-# "dubious ownership" to git, which then describes nothing).
-git() { command git -c safe.directory='*' "$@"; }
 v=
 if git rev-parse --git-dir >/dev/null 2>&1; then
   git update-index -q --refresh >/dev/null 2>&1 || true

@@ -11,7 +11,7 @@ import (
 )
 
 // git runs git on this checkout. It trusts the checkout whoever owns it,
-// as the Makefile and scripts/version.sh do: a clone owned by another
+// as the Makefile does (GIT_TRUST): a clone owned by another
 // user ("dubious ownership") is still described.
 func git(args ...string) *exec.Cmd {
 	return exec.Command("git", append([]string{"-c", "safe.directory=*", "-C", "../.."}, args...)...)
