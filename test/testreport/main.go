@@ -117,9 +117,8 @@ func (r *report) event(e event) {
 	case "output", "build-output":
 		if r.stream || e.Action == "build-output" {
 			fmt.Fprint(r.w, e.Output)
-		} else {
-			r.output[key] = append(r.output[key], e.Output)
 		}
+		r.output[key] = append(r.output[key], e.Output)
 		return
 	case "pass":
 		if e.Test != "" {

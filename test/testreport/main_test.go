@@ -38,32 +38,37 @@ func TestReport(t *testing.T) {
 	deb := allowed{pkg: "example.com/a", test: "TestDeb", condition: "CDI_TEST_DEB is not set", why: "make test-deb runs it"}
 	tests := []struct {
 		name   string
+		stream bool
 		allow  []allowed
 		ci     bool
 		ok     bool
 		want   []string // lines the report prints
 		absent []string
 	}{
-		{"outside CI every skip is shown and accepted", nil, false, true,
+		{"outside CI every skip is shown and accepted", false, nil, false, true,
 			[]string{"2 passed, 2 skipped, 1 failed",
 				"--- SKIP: example.com/a TestDeb: a_test.go:20: CDI_TEST_DEB is not set: make test-deb runs it",
 				"--- SKIP: example.com/a TestPodman/run: a_test.go:30: podman cannot run a plain container here",
 				"b_test.go:5: the store was written to", "failed:  example.com/b TestBroken", "FAIL\texample.com/b"},
 			[]string{"quiet", "fails CI", "example.com/c"}},
-		{"under CI a skip off the allowlist fails", []allowed{deb}, true, false,
+		{"under CI a skip off the allowlist fails", false, []allowed{deb}, true, false,
 			[]string{"TestDeb: a_test.go:20: CDI_TEST_DEB is not set: make test-deb runs it [allowed: make test-deb runs it]",
 				"TestPodman/run: a_test.go:30: podman cannot run a plain container here [not on the allowlist: fails CI]"},
 			nil},
-		{"the entry's condition must be the reason", []allowed{{pkg: "example.com/a", test: "TestDeb", condition: "dpkg is not installed", why: "x"}}, true, false,
+		{"the entry's condition must be the reason", false, []allowed{{pkg: "example.com/a", test: "TestDeb", condition: "dpkg is not installed", why: "x"}}, true, false,
 			[]string{"TestDeb: a_test.go:20: CDI_TEST_DEB is not set: make test-deb runs it [not on the allowlist: fails CI]"},
 			nil},
-		{"under CI with every skip allowed", []allowed{deb, {pkg: "example.com/a", test: "TestPodman/run", condition: "podman cannot run", why: "y"}}, true, true,
+		{"streamed, every line shows and skips keep their reasons", true, nil, true, false,
+			[]string{"quiet", "=== RUN   TestPass",
+				"skipped: example.com/a TestDeb: a_test.go:20: CDI_TEST_DEB is not set: make test-deb runs it [not on the allowlist: fails CI]"},
+			nil},
+		{"under CI with every skip allowed", false, []allowed{deb, {pkg: "example.com/a", test: "TestPodman/run", condition: "podman cannot run", why: "y"}}, true, true,
 			nil, []string{"fails CI"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b strings.Builder
-			r := newReport(&b, false)
+			r := newReport(&b, tt.stream)
 			if err := r.read(strings.NewReader(events)); err != nil {
 				t.Fatal(err)
 			}
