@@ -1,11 +1,15 @@
 package dirent
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -55,14 +59,70 @@ func TestList(t *testing.T) {
 	}
 }
 
-// FuzzEach: any buffer is walked without a panic, and only names that
-// lie inside it come out.
+// entry is one directory entry as Each reports it.
+type entry struct {
+	name string
+	ino  uint64
+	typ  uint8
+}
+
+// encode lays entries out as the kernel's getdents64 does: each record
+// 8-byte aligned, the name NUL-terminated and padded with NULs.
+func encode(entries []entry) []byte {
+	var b []byte
+	for i, e := range entries {
+		reclen := (19 + len(e.name) + 1 + 7) &^ 7
+		rec := make([]byte, reclen)
+		binary.LittleEndian.PutUint64(rec, e.ino)
+		binary.LittleEndian.PutUint64(rec[8:], uint64(i+1)) // d_off
+		binary.LittleEndian.PutUint16(rec[16:], uint16(reclen))
+		rec[18] = e.typ
+		copy(rec[19:], e.name)
+		b = append(b, rec...)
+	}
+	return b
+}
+
+// FuzzEach: names made of the input, laid out as the kernel does, come
+// back from Each exactly, in order, with their inode numbers and types,
+// "." and ".." left out; and any buffer at all is walked without a panic,
+// every name coming from inside it, NUL-free and never longer than its
+// record.
 func FuzzEach(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 24, 0, 8, 'a', 'b', 0, 0, 0})
+	f.Add([]byte("sub/./link/../file-with-a-long-name-001"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		var in, want []entry
+		for i, name := range bytes.Split(bytes.ReplaceAll(b, []byte{0}, nil), []byte{'/'}) {
+			if len(name) == 0 || len(name) > 255 {
+				continue
+			}
+			e := entry{name: string(name), ino: uint64(i)<<32 | 7, typ: uint8(i)}
+			in = append(in, e)
+			if e.name != "." && e.name != ".." {
+				want = append(want, e)
+			}
+		}
+		var got []entry
+		Each(encode(in), func(name []byte, ino uint64, typ uint8) { got = append(got, entry{string(name), ino, typ}) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("Each of %d encoded entries = %v, want %v", len(in), got, want)
+		}
+
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 		Each(b, func(name []byte, _ uint64, _ uint8) {
-			if len(name) > len(b) {
-				t.Fatalf("name of %d bytes from %d", len(name), len(b))
+			if len(name) == 0 {
+				return // an empty name has no place to check
+			}
+			at := uintptr(unsafe.Pointer(&name[0]))
+			if at < start+19 || at+uintptr(len(name)) > start+uintptr(len(b)) {
+				t.Fatalf("a name of %d bytes from outside the %d-byte buffer", len(name), len(b))
+			}
+			if bytes.IndexByte(name, 0) >= 0 {
+				t.Fatalf("name %q holds a NUL", name)
+			}
+			if reclen := int(b[at-start-3]) | int(b[at-start-2])<<8; len(name) > reclen-19 {
+				t.Fatalf("a name of %d bytes from a record of %d", len(name), reclen)
 			}
 		})
 	})

@@ -109,9 +109,15 @@ func TestRun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.plugin, func(t *testing.T) {
+			// A script answers in milliseconds; only the hanging one
+			// needs its deadline to pass, and waits for it.
+			timeout := 20 * time.Second
+			if tt.plugin == "hang" {
+				timeout = 200 * time.Millisecond
+			}
 			r, err := Run(context.Background(), Call{
 				Plugin: tt.plugin, Path: dir, Env: []string{"CDI_REQUEST=gpu:1"},
-				Config: []byte(`{"cdiVersion":"0.0.1"}`), Timeout: 500 * time.Millisecond,
+				Config: []byte(`{"cdiVersion":"0.0.1"}`), Timeout: timeout,
 			})
 			if msg := tt.check(r, err); msg != "" {
 				t.Fatalf("%s; got %+v, %v", msg, r, err)

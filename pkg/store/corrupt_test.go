@@ -201,7 +201,11 @@ func (h *history) outcome(t *testing.T, data []byte) string {
 	if !maps.Equal(got, h.final) {
 		kind = "previous commit"
 	}
-	return kind + ", then " + h.writeAfter(t, path, got)
+	kind += ", then " + h.writeAfter(t, path, got)
+	if bytes.Equal(damaged, h.file) {
+		return "undamaged" // proves nothing about damage
+	}
+	return kind
 }
 
 // writeAfter makes one more allocation on a damaged store that read
@@ -255,30 +259,51 @@ func openAndRead(path string) (content, error) {
 	return readContent(s)
 }
 
-// TestCorruption runs a fixed number of random cases (flag
-// -corruption.cases), the same every run, so that make test stays short
-// and deterministic; make fuzz and FuzzCorruption explore further.
+// TestCorruption runs the aimed cases of seeds, then a fixed number of
+// random ones (flag -corruption.cases), the same every run, so that make
+// test stays short and deterministic; make fuzz and FuzzCorruption
+// explore further. The cases must spread over the outcomes: damage the
+// store refuses, damage it reads through (and writes on), and a torn
+// newest commit it falls back from; cases that damaged nothing are few.
 func TestCorruption(t *testing.T) {
 	h := buildHistory(t)
 	n := *corruptionCases
 	if testing.Short() {
 		n = 30
 	}
+	cases := h.seeds()
 	rng := rand.New(rand.NewPCG(11, 11))
-	data := make([]byte, 24)
-	seen := map[string]int{}
-	for i := range n {
+	for range n {
+		data := make([]byte, 24)
 		for j := range data {
 			data[j] = byte(rng.Uint32())
 		}
+		cases = append(cases, data)
+	}
+	seen := map[string]int{}
+	for i, data := range cases {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { seen[h.outcome(t, data)]++ })
 	}
-	t.Logf("%d cases: %v", n, seen)
+	t.Logf("%d cases: %v", len(cases), seen)
+	for _, want := range []struct {
+		outcome  string
+		min, max int
+	}{
+		{"corrupt", len(cases) / 2, len(cases)},
+		{"last commit, then write kept", len(cases) / 20, len(cases)},
+		{"previous commit, then write kept", 1, len(cases)},
+		{"undamaged", 0, len(cases) / 20},
+	} {
+		if got := seen[want.outcome]; got < want.min || got > want.max {
+			t.Errorf("%d of %d cases ended %q, want %d to %d", got, len(cases), want.outcome, want.min, want.max)
+		}
+	}
 }
 
-func FuzzCorruption(f *testing.F) {
-	h := buildHistory(f)
-	for _, seed := range [][]byte{
+// seeds are cases aimed at each outcome: they open FuzzCorruption's corpus
+// and TestCorruption's run.
+func (h *history) seeds() [][]byte {
+	return [][]byte{
 		{4},                        // swap the meta pages
 		{2, 0, byte(h.newest)},     // zero the newest meta page
 		{2, 0, byte(1 - h.newest)}, // zero the older one
@@ -287,7 +312,12 @@ func FuzzCorruption(f *testing.F) {
 		{3, 0, 0x30, 0},            // truncate within the data
 		{0, 0, 0x40, 0x10, 0x80},   // flip a byte in a data page
 		{1, 0, 0x50, 0, 0xff, 0x55},
-	} {
+	}
+}
+
+func FuzzCorruption(f *testing.F) {
+	h := buildHistory(f)
+	for _, seed := range h.seeds() {
 		f.Add(seed)
 	}
 	f.Fuzz(h.check)

@@ -292,10 +292,14 @@ func TestTally(t *testing.T) {
 }
 
 // FuzzTally: any summary either fails to decode or encodes back to the
-// same tally.
+// same tally; and a tally of up to 256 devices counts, for every choice
+// of wanted nodes, what judge and count count of devices with exactly
+// those nodes, and is what tallyOf makes of them.
 func FuzzTally(f *testing.F) {
 	f.Add(tally{0, 3, 1, 7}.encode())
+	f.Add(tally{0, 1, 2, 3, 4, 5, 6, 7}.encode())
 	f.Add([]byte{0, 0x80, 1})
+	kinds := []string{sysfs.Primary, sysfs.Render, sysfs.Control}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tl, err := decodeTally(b)
 		if err != nil {
@@ -304,8 +308,51 @@ func FuzzTally(f *testing.F) {
 		if again, err := decodeTally(tl.encode()); err != nil || again != tl {
 			t.Fatalf("re-encoding changed the tally: %v %v", again, err)
 		}
-		if n := tl.usable(allKinds.mask()); n < 0 {
-			t.Fatalf("usable = %d", n)
+		total := 0
+		for _, c := range tl {
+			total += c
+		}
+		if total > 256 {
+			return
+		}
+		// The devices the tally stands for: c GPUs with the nodes of each
+		// set of kinds.
+		var facts []fact
+		for set, c := range tl {
+			for range c {
+				i := len(facts)
+				g := fact{sys: fmt.Sprintf("/sys/devices/pci0000:00/0000:00:%02x.%d", i/8, i%8), flags: isPCI, vendor: "0x1002", device: "0x73bf"}
+				for k := range kinds {
+					if set&(1<<k) != 0 {
+						g.minors = append(g.minors, minor{kind: uint8(k), index: 128*k + i, inDev: true})
+					}
+				}
+				facts = append(facts, g)
+			}
+		}
+		if got := tallyOf(facts); got != tl {
+			t.Fatalf("tallyOf(the tally's devices) = %v, want %v", got, tl)
+		}
+		enc := encodeFacts(facts, false)
+		for set := 1; set < 1<<len(kinds); set++ {
+			var want []string
+			for k, kind := range kinds {
+				if set&(1<<k) != 0 {
+					want = append(want, kind)
+				}
+			}
+			raw, _ := json.Marshal(map[string]any{"want_device_nodes": want})
+			flt := filterOf(t, string(raw))
+			usable := 0
+			for _, g := range judge(facts, flt) {
+				if g.Reason == "" {
+					usable++
+				}
+			}
+			n, err := count(enc, flt)
+			if got := tl.usable(flt.mask()); err != nil || got != usable || got != n {
+				t.Fatalf("tally %v wanting %v: usable %d, judge %d, count %d %v", tl, want, got, usable, n, err)
+			}
 		}
 	})
 }

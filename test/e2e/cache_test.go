@@ -337,6 +337,11 @@ func TestCacheWithoutSeqnum(t *testing.T) {
 // TestCacheFile: the cache is a 0600 file of its own beside the store; a
 // damaged one is rebuilt, never trusted; a host without a boot id is
 // never cached.
+//
+// The last GPU loses its /dev nodes in a way no stamp shows (/dev/dri
+// keeps its time), so the good cache, still trusted, claims four usable
+// GPUs where the host has three: a damaged copy of it that was trusted
+// would claim four too, and one that was rebuilt says three.
 func TestCacheFile(t *testing.T) {
 	n := newCacheNode(t, fourGPUs())
 	path := filepath.Join(n.state, "drm.cache")
@@ -345,25 +350,80 @@ func TestCacheFile(t *testing.T) {
 		t.Fatalf("cache file: %v %v", fi, err)
 	}
 	good := readFile(t, path)
-	for name, bad := range map[string]string{
-		"empty":     "",
-		"truncated": good[:len(good)/2],
-		"flipped":   good[:len(good)-3] + "\x00" + good[len(good)-2:],
-		"garbage":   strings.Repeat("x", 300),
-	} {
-		// Claim more devices than the host has: a trusted file would
-		// show.
-		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+	hidden := n.h.GPUs[3]
+	dri := filepath.Join(n.root, "dev/dri")
+	before, err := os.Stat(dri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{fmt.Sprintf("card%d", hidden.Card), fmt.Sprintf("renderD%d", hidden.Render)} {
+		if err := os.Remove(filepath.Join(dri, name)); err != nil {
 			t.Fatal(err)
 		}
-		n.change(func() error { return fixture.Unplug(n.root, n.h.GPUs[3]) })
-		if got := n.info(`{}`); got != 3 {
-			t.Errorf("%s cache: INFO = %d", name, got)
+	}
+	if err := os.Chtimes(dri, before.ModTime(), before.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	// fresh and freshInfo are the files a scan of the host as it is now
+	// writes, for DEVICES (every fact) and INFO (fewer).
+	devices := func() { n.run("drm", drmConf(`{}`), "CDI_COMMAND=DEVICES") }
+	writeCache := func(content string) {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
 		}
-		if again := readFile(t, path); again == bad {
-			t.Errorf("%s cache was not rebuilt", name)
+	}
+	rebuilt := func(run func()) string {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
 		}
-		n.change(func() error { return fixture.Plug(n.root, n.h.GPUs[3]) })
+		run()
+		return readFile(t, path)
+	}
+	fresh, freshInfo := rebuilt(devices), rebuilt(func() { n.info(`{}`) })
+	writeCache(good)
+	if got := n.info(`{}`); got != 4 || fresh == good {
+		t.Fatalf("the good cache was not trusted (INFO = %d): nothing here could tell a trusted file from a rebuilt one", got)
+	}
+	if devices(); readFile(t, path) != good {
+		t.Fatal("DEVICES rewrote the good cache: nothing here could tell a trusted file from a rebuilt one")
+	}
+	flip := func(i int) string { b := []byte(good); b[i] ^= 0xff; return string(b) }
+	// replace changes what the file says without breaking its shape:
+	// only the checksums can tell.
+	replace := func(old, new string) string {
+		t.Helper()
+		if strings.Count(good, old) == 0 {
+			t.Fatalf("the cache does not hold %q", old)
+		}
+		return strings.ReplaceAll(good, old, new)
+	}
+	// The head's count of GPUs with a primary and a render node (the
+	// summary: eight varints, one per set of node kinds) says 9, not 4.
+	const four = "\b\x00\x00\x00\x04\x00\x00\x00\x00"
+	for _, tt := range []struct {
+		name string
+		bad  string
+		info bool // INFO reads the damaged part; it reads only the head, whose own checksum covers the count
+	}{
+		{"empty", "", true},
+		{"truncated", good[:len(good)/2], true},
+		{"head flipped", flip(24), true},
+		{"body flipped", flip(len(good) - 3), false},
+		{"head: count changed", replace(four, "\b\x00\x00\x00\x09\x00\x00\x00\x00"), true},
+		{"body: vendor changed", replace("\x060x10de", "\x060x10df"), false},
+		{"garbage", strings.Repeat("x", 300), true},
+	} {
+		writeCache(tt.bad)
+		if devices(); readFile(t, path) != fresh {
+			t.Errorf("%s cache: DEVICES did not rebuild it from the host", tt.name)
+		}
+		if !tt.info {
+			continue
+		}
+		writeCache(tt.bad)
+		if got := n.info(`{}`); got != 3 || readFile(t, path) != freshInfo {
+			t.Errorf("%s cache: INFO = %d, want 3 from a cache rebuilt from the host", tt.name, got)
+		}
 	}
 	if err := os.Remove(filepath.Join(n.root, "proc/sys/kernel/random/boot_id")); err != nil {
 		t.Fatal(err)
@@ -371,8 +431,8 @@ func TestCacheFile(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if got := n.info(`{}`); got != 4 {
-		t.Errorf("INFO without a boot id = %d", got)
+	if got := n.info(`{}`); got != 3 {
+		t.Errorf("INFO without a boot id = %d, want 3", got)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("a host without a boot id was cached: %v", err)

@@ -19,7 +19,11 @@ import (
 )
 
 // Plugin processes are killed with SIGKILL at random moments while others
-// keep allocating and freeing, publishing CDI specs. Afterwards cdictl
+// keep allocating and freeing, publishing CDI specs. At least
+// minKillsInStore of the kills must land while the process has the store
+// open and locked (inStore), or the test proves nothing about a
+// transaction cut short; on a slow machine it runs more rounds until
+// they have. Afterwards cdictl
 // check finds the store sound, the store opens, no device is held twice,
 // every record's devices exist; the next writes sweep the temporary files
 // the killed processes left, and rewrite each live id's spec from its
@@ -32,7 +36,8 @@ func TestKillDuringAddDel(t *testing.T) {
 	specDir := filepath.Join(t.TempDir(), "cdi")
 	conf := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + specDir + `"}}`)
 	bin := filepath.Join(binDir, "drm")
-	const workers, rounds = 4, 250
+	db := store.Path(n.state, "drm")
+	const workers, rounds, maxRounds, minKillsInStore = 4, 250, 2000, 40
 	rng := rand.New(rand.NewPCG(1, 2))
 	var mu sync.Mutex
 	delay := func() time.Duration {
@@ -40,11 +45,16 @@ func TestKillDuringAddDel(t *testing.T) {
 		defer mu.Unlock()
 		return time.Duration(rng.IntN(8000)) * time.Microsecond
 	}
-	killed := 0
+	killed, inTx, started := 0, 0, 0
+	more := func(i int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return i < rounds || inTx < minKillsInStore && i < maxRounds
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			for i := range rounds {
+			for i := 0; more(i); i++ {
 				id := fmt.Sprintf("w%d-%d", w, i%5)
 				cmdEnv := []string{"CDI_HOST_ROOT=" + n.root, "CDI_STATE_DIR=" + n.state, "CDI_REQUEST_ID=" + id}
 				if i%2 == 0 {
@@ -61,13 +71,25 @@ func TestKillDuringAddDel(t *testing.T) {
 				}
 				done := make(chan error, 1)
 				go func() { done <- cmd.Wait() }()
+				mu.Lock()
+				started++
+				mu.Unlock()
 				select {
 				case <-done:
 				case <-time.After(delay()):
+					// Stopped, the process cannot close the store
+					// between the look and the kill.
+					stopped := cmd.Process.Signal(syscall.SIGSTOP) == nil
+					in := stopped && inStore(cmd.Process.Pid, db)
 					_ = cmd.Process.Signal(syscall.SIGKILL)
 					<-done
 					mu.Lock()
-					killed++
+					if stopped {
+						killed++
+					}
+					if in {
+						inTx++
+					}
 					mu.Unlock()
 				}
 			}
@@ -75,7 +97,10 @@ func TestKillDuringAddDel(t *testing.T) {
 	}
 	wg.Wait()
 	litter := n.litter(t, specDir)
-	t.Logf("%d of %d processes killed; %d temporary files left", killed, workers*rounds, len(litter))
+	t.Logf("%d of %d processes killed, %d of them with the store open; %d temporary files left", killed, started, inTx, len(litter))
+	if inTx < minKillsInStore {
+		t.Errorf("only %d of %d kills landed with the store open, want at least %d: the test did not cut transactions short", inTx, killed, minKillsInStore)
+	}
 	n.checkStores(t)
 	recs := n.records("drm") // opens the store and checks the index
 	for id, r := range recs {
@@ -121,6 +146,28 @@ func TestKillDuringAddDel(t *testing.T) {
 		t.Fatalf("not every GPU is free again: %s", got.stdout)
 	}
 	n.checkStores(t)
+}
+
+// inStore reports whether process pid has the store at path open and
+// locked: between Open and Close, around its one transaction. The
+// store's flock shows in /proc/<pid>/fdinfo of the descriptor that holds
+// it.
+func inStore(pid int, path string) bool {
+	dir := fmt.Sprintf("/proc/%d", pid)
+	fds, err := os.ReadDir(dir + "/fd")
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(dir + "/fd/" + fd.Name()); err != nil || target != path {
+			continue
+		}
+		info, err := os.ReadFile(dir + "/fdinfo/" + fd.Name())
+		if err == nil && strings.Contains(string(info), " FLOCK ") {
+			return true
+		}
+	}
+	return false
 }
 
 // litter lists the temporary files killed writers leave: ".tmp-*" specs in
@@ -348,8 +395,10 @@ func TestDiskTrouble(t *testing.T) {
 				failed++
 			}
 		}
+		// The disk was full: a plugin that answered success to every ADD
+		// swallowed ENOSPC (or never wrote its store).
 		if failed == 0 {
-			t.Skip("the store never needed to grow; the disk was not full for it")
+			t.Fatal("every ADD on a full disk succeeded: 20 new records fit in no free space")
 		}
 		if r := n.run("generic-tty", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=first"); r.status != 0 {
 			t.Fatalf("DEL: %s", r.stdout)

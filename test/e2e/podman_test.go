@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/sockdir"
 )
 
 // TestPodmanInjectsAllocatedTTYs proves the CDI bridge with a real runtime:
@@ -105,15 +106,12 @@ func newPodman(t *testing.T) *podmanEnv {
 		}
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to run podman and to make device nodes")
+		t.Skip("needs root to run podman")
 	}
+	needRealNodes(t)
 	// A short directory: conmon's socket paths under it must fit in
 	// sun_path, or podman waits 20 s for every container's exit.
-	dir, err := os.MkdirTemp("", "cdi-pm-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := sockdir.New(t, "cdi-pm-")
 	pm := &podmanEnv{t: t, dir: dir, specs: filepath.Join(dir, "cdi"), rootfs: filepath.Join(dir, "rootfs"),
 		cgroup: fmt.Sprintf("cdi-e2e-%d-%d", os.Getpid(), time.Now().UnixNano())}
 	files := map[string]string{

@@ -25,29 +25,10 @@ export CGO_ENABLED=0
 
 log() { echo "build-tools: $*" >&2; }
 
-# debs installs the Debian packages whose commands are missing.
+# debs installs the Debian packages the suites need (scripts/test-deps.sh):
+# without them the tests skip or fail and say what is missing.
 debs() {
-	local missing=() pkg cmd
-	for pair in runc:runc podman:podman busybox-static:busybox etcd-server:etcd; do
-		pkg=${pair%%:*} cmd=${pair#*:}
-		command -v "$cmd" >/dev/null || missing+=("$pkg")
-	done
-	[ ${#missing[@]} = 0 ] && return
-	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-		log "missing ${missing[*]} and cannot install them (needs root and apt-get); the tests will skip"
-		return
-	fi
-	log "installing ${missing[*]}"
-	timeout 300 apt-get update -qq
-	# policy-rc.d keeps the packages' services (etcd) from starting.
-	local rc=/usr/sbin/policy-rc.d made=
-	if [ ! -e $rc ]; then printf '#!/bin/sh\nexit 101\n' >$rc && chmod +x $rc && made=1; fi
-	DEBIAN_FRONTEND=noninteractive timeout 900 \
-		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || {
-		[ -z "$made" ] || rm -f $rc
-		return 1
-	}
-	[ -z "$made" ] || rm -f $rc
+	"$(dirname "$0")/../../scripts/test-deps.sh" || log "the tests will say what is missing"
 }
 
 # build NAME VERSION BINS CMD... runs CMD with $out set to a fresh directory

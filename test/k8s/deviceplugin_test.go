@@ -42,7 +42,7 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	bin := repoBin(t)
 	bridge := filepath.Join(bin, "cdi-kubelet-plugin")
 	if _, err := os.Stat(bridge); err != nil {
-		t.Skipf("%s is not built: cmd/cdi-kubelet-plugin is not in this tree yet", bridge)
+		t.Fatalf("%s is not built (make e2e-node builds it): %v", bridge, err)
 	}
 	reserved := ttyReserve(t)
 	n := StartNode(t)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/test/sockdir"
 )
 
 // Node is one test's node: a private containerd and a kubelet, and the
@@ -55,15 +57,10 @@ func StartNode(t *testing.T) *Node {
 // registers its teardown.
 func newNode(t *testing.T) *Node {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "cdi-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("removing %s: %v", dir, err)
-		}
-	})
+	// A short directory, whatever TMPDIR is: the kubelet's sockets and
+	// the DRA registration socket (<root>/plugins_registry/<driver>-<pod
+	// UID>-reg.sock) must fit in a unix socket path.
+	dir := sockdir.New(t, "cdi-e2e-")
 	n := &Node{t: t, Dir: dir, CDIDir: filepath.Join(dir, "cdi")}
 	for _, d := range []string{"logs", "cdi", "pki", "kubelet/root"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {

@@ -39,7 +39,9 @@ func TestHangingPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	opt := n.options()
-	opt.Caller.Path, opt.Caller.Timeout = scripts, 2*time.Second
+	// VERSION and DEVICES answer in milliseconds; Allocate and the
+	// hanging DEVICES wait the timeout out.
+	opt.Caller.Path, opt.Caller.Timeout = scripts, 5*time.Second
 	opt.Types = []string{"thing"}
 	n.start(opt)
 	c := n.kubelet.Dial(n.register().Endpoint)

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/cdi-exec/plugins/pkg/unixsock"
 )
 
 // KubeletSocket is the kubelet's registration socket in the device-plugins
@@ -120,6 +122,9 @@ func (p *Plugin) socketPath() string { return filepath.Join(p.Dir, p.Socket) }
 // serves the DevicePlugin service on it.
 func (p *Plugin) serve() (*grpc.Server, ident, error) {
 	path := p.socketPath()
+	if err := unixsock.Check(path); err != nil {
+		return nil, ident{}, err
+	}
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
 		return nil, ident{}, fmt.Errorf("%s: another process serves this socket", path)

@@ -20,6 +20,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
 	"github.com/cdi-exec/plugins/pkg/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/unixsock"
 )
 
 // driver is one resource type served as a DRA driver: its configs, what
@@ -103,10 +104,6 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	return d.publish(ctx)
 }
 
-// maxSocketPath is the longest path a unix socket can have on Linux
-// (sun_path holds 108 bytes with the terminating NUL).
-const maxSocketPath = 107
-
 // checkSockets refuses socket paths the kernel cannot bind or dial. With
 // a pod UID (rolling updates) the registration socket is
 // <regDir>/<driver>-<pod UID>-reg.sock, which leaves a driver name of at
@@ -117,8 +114,8 @@ func checkSockets(driver, dataDir, regDir, podUID string) error {
 		uid = "-" + podUID
 	}
 	for _, p := range []string{filepath.Join(regDir, driver+uid+"-reg.sock"), filepath.Join(dataDir, "dra"+uid+".sock")} {
-		if len(p) > maxSocketPath {
-			return fmt.Errorf("driver %s: socket path %s is %d bytes long, more than a unix socket can have (%d): use a shorter --kubelet-dir, --driver-suffix or type", driver, p, len(p), maxSocketPath)
+		if err := unixsock.Check(p); err != nil {
+			return fmt.Errorf("driver %s: %w: use a shorter --kubelet-dir, --driver-suffix or type", driver, err)
 		}
 	}
 	return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
 	"github.com/cdi-exec/plugins/pkg/kubelet/kubelettest"
 	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/sockdir"
 )
 
 // binDir holds the plugin binaries: $CDI_TEST_BIN_DIR (make test sets
@@ -68,7 +69,7 @@ func newNode(t *testing.T, h fixture.Host, confs map[string]string) *node {
 	dir := t.TempDir()
 	n := &node{t: t, root: filepath.Join(dir, "host"), state: filepath.Join(dir, "state"),
 		conf: filepath.Join(dir, "conf"), specDir: filepath.Join(dir, "cdi"),
-		kubelet: filepath.Join(dir, "kubelet"), claimDir: filepath.Join(dir, "dra")}
+		kubelet: sockdir.New(t, "cdi-"), claimDir: filepath.Join(dir, "dra")}
 	kubelettest.Host(t, h, n.root, n.state, n.conf, confs)
 	n.client = fakeAPI()
 	return n
@@ -134,7 +135,7 @@ func (in *instance) regSocket(driver string) string {
 	if in.podUID != "" {
 		name = driver + "-" + in.podUID + "-reg.sock"
 	}
-	return filepath.Join(in.n.kubelet, "plugins_registry", name)
+	return sockdir.Path(in.n.t, in.n.kubelet, "plugins_registry", name)
 }
 
 // driver returns the running driver called name.

@@ -3,7 +3,8 @@
 // PodResources (v1) service in <root>/pod-resources/kubelet.sock whose pod
 // list the test sets, and a restart that behaves like a real kubelet's: it
 // removes every socket in the device-plugins directory and creates its own
-// anew. Everything is real gRPC over unix sockets under a temporary root.
+// anew. Everything is real gRPC over unix sockets under a short temporary
+// root (test/sockdir), whatever TMPDIR is.
 //
 // It also holds what the bridge's and the DRA driver's tests share: the
 // plugin binaries (Plugins, Main), a fixture host with its configs (Host),
@@ -23,6 +24,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	pr "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/cdi-exec/plugins/test/sockdir"
 )
 
 // Kubelet is the fake.
@@ -40,11 +43,11 @@ type Kubelet struct {
 	list int   // List calls answered
 }
 
-// Start starts a fake kubelet under a new temporary root and stops it when
-// the test ends.
+// Start starts a fake kubelet under a new short temporary root and stops
+// it when the test ends.
 func Start(t *testing.T) *Kubelet {
 	t.Helper()
-	k := &Kubelet{t: t, Root: t.TempDir(), Registrations: make(chan *api.RegisterRequest, 64)}
+	k := &Kubelet{t: t, Root: sockdir.New(t, "cdi-"), Registrations: make(chan *api.RegisterRequest, 64)}
 	for _, d := range []string{"device-plugins", "pod-resources"} {
 		if err := os.MkdirAll(filepath.Join(k.Root, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -65,7 +68,7 @@ func (k *Kubelet) PluginDir() string { return filepath.Join(k.Root, "device-plug
 
 func (k *Kubelet) serve(path string, register func(*grpc.Server)) *grpc.Server {
 	k.t.Helper()
-	l, err := net.Listen("unix", path)
+	l, err := net.Listen("unix", sockdir.Path(k.t, path))
 	if err != nil {
 		k.t.Fatal(err)
 	}
