@@ -19,11 +19,11 @@ NFPM        := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.2
 FUZZTIME    ?= 20s
 
 # The version stamped into every binary (docs/operations.md#versions).
-# GIT_TRUST makes git trust this checkout whoever owns it (command-line
+# GIT_TRUST makes git trust this checkout (and only it) whoever owns it (command-line
 # config, in the environment): in a clone owned by another user ("dubious
 # ownership") the version and commit are still found, and go build's own
 # VCS stamping does not fail.
-GIT_TRUST := GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
+GIT_TRUST := GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='$(CURDIR)'
 ifeq ($(origin VERSION),undefined)
 VERSION := $(shell $(GIT_TRUST) scripts/version.sh)
 endif
