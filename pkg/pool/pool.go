@@ -231,8 +231,8 @@ func (p Pool) lock(ctx context.Context, c *skel.Call, opt store.Options) (st *st
 		limit = HoldLimit
 	}
 	now := time.Now()
-	hold, cancelHold := withDeadline(ctx, now.Add(limit))
-	work, cancelWork := withDeadline(hold, now.Add(limit*3/4))
+	hold, cancelHold := context.WithDeadline(ctx, now.Add(limit))
+	work, cancelWork := context.WithDeadline(hold, now.Add(limit*3/4))
 	return st, hold, work, func() { cancelWork(); cancelHold(); st.Close() }, nil
 }
 
