@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cdi-exec/plugins/pkg/atomicfile"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -151,7 +152,7 @@ func Open(path string, opt Options) (s *Store, err error) {
 	case !exists && (opt.ReadOnly || opt.Existing):
 		return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
 	case !opt.ReadOnly:
-		d.sweep(base)
+		atomicfile.SweepAt(d.fd, d.path, tempPattern(base))
 		if !exists {
 			if err := d.create(base); err != nil {
 				return nil, fmt.Errorf("creating %s: %w", path, err)
@@ -240,35 +241,27 @@ func Probe(path string) (bool, error) {
 // corrupt. The link never replaces anything: if another process linked its
 // store first, that one is used.
 func (d *dir) create(base string) error {
-	tmp := fmt.Sprintf("%s%d-%d", tempPrefix(base), os.Getpid(), time.Now().UnixNano())
-	fd, err := unix.Openat(d.fd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return &os.PathError{Op: "create", Path: filepath.Join(d.path, tmp), Err: err}
-	}
-	defer unix.Unlinkat(d.fd, tmp, 0)
-	name := filepath.Join(d.path, tmp)
-	db, err := bolt.Open(name, 0o600, &bolt.Options{
-		Timeout:      time.Second,
-		FreelistType: bolt.FreelistMapType,
-		OpenFile: func(string, int, os.FileMode) (*os.File, error) {
-			return os.NewFile(uintptr(fd), name), nil
-		},
+	return atomicfile.Write(d.path, base, atomicfile.Options{Temp: tempPattern(base), Perm: 0o600, NoClobber: true}, func(f *os.File) error {
+		db, err := bolt.Open(f.Name(), 0o600, &bolt.Options{
+			Timeout:      time.Second,
+			FreelistType: bolt.FreelistMapType,
+			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+				fd, err := unix.Open(name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm))
+				if err != nil {
+					return nil, &os.PathError{Op: "open", Path: name, Err: err}
+				}
+				return os.NewFile(uintptr(fd), name), nil // no poller, as in opener.open
+			},
+		})
+		if err != nil {
+			return err
+		}
+		err = db.Update(initialise)
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		return err
 	})
-	if err != nil {
-		return err
-	}
-	err = db.Update(initialise)
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	err = unix.Linkat(d.fd, tmp, d.fd, base, 0)
-	if err != nil && err != unix.EEXIST {
-		return &os.PathError{Op: "link", Path: filepath.Join(d.path, base), Err: err}
-	}
-	return unix.Fsync(d.fd)
 }
 
 // isFormatError reports errors bbolt returns for files that are not a
