@@ -149,13 +149,11 @@ func checkFile(name string, st *unix.Stat_t, euid uint32) error {
 // file it got under the lock, so that what bbolt reads and locks is the
 // file that was checked; bbolt's own lock on the same open file then
 // succeeds at once. It checks what bbolt.Open will read of the file
-// (precheck) and leaves the walk of the page graph to Open when it can
-// (pending).
+// (precheck) and leaves the walk of the page graph to Open (checkMapped).
 type opener struct {
 	dir     *dir
 	base    string
 	timeout time.Duration
-	pending bool  // the page graph is still to be checked
 	size    int64 // the file's size under the lock
 }
 
@@ -209,9 +207,7 @@ func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 		return err
 	}
 	o.size = st.Size
-	var err error
-	o.pending, err = precheck(f, st.Size)
-	return err
+	return precheck(f, st.Size)
 }
 
 // lockRetry is the pause between attempts to take the file lock.

@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
-	"golang.org/x/sys/unix"
 )
 
 // bbolt trusts the pages it reads. A damaged page that points at itself, at
@@ -28,13 +27,12 @@ import (
 // those reads first: a valid meta page, and a freelist page within the
 // file whose entries fit it (else bbolt would allocate as many ids as a
 // damaged count says). The walk then runs on bbolt's own mapping, right
-// after bbolt.Open and before the first transaction (checkMapped). Only a
-// meta page that records no freelist (bbolt's NoFreelistSync, which this
-// package never uses) makes bbolt.Open walk every page itself, in a
-// goroutine of its own; that file is walked in the hook, on a mapping of
-// its own (checkPages). Either way the walk is one pass over the file's
-// live pages, which the transaction's full read of the store touches
-// anyway.
+// after bbolt.Open and before the first transaction (checkMapped): one
+// pass over the file's live pages, which the transaction's full read of
+// the store touches anyway. A meta page that records no freelist (bbolt's
+// NoFreelistSync, which this package never writes) is refused as
+// corrupt: bbolt.Open would walk every page of such a file itself, in a
+// goroutine of its own, before any check of ours could run.
 //
 // The layout is bbolt's (go.etcd.io/bbolt, file format version 2), in the
 // machine's byte order.
@@ -99,45 +97,24 @@ func (pf *pageFile) read(off, n uint64) ([]byte, error) {
 	return b, nil
 }
 
-// checkPages verifies the page structure of the store file f, reading it
-// through a mapping of its own. Its errors wrap ErrCorrupt, except for
-// read errors.
-func checkPages(f *os.File, size int64) error {
-	pf := &pageFile{f: f, size: uint64(size)}
-	if size <= maxReadAll {
-		// Mapped rather than read: the pages are in the page cache
-		// already, and a copy would touch as many fresh pages of memory
-		// as the file has (2.4 µs each here). The file is locked, and a
-		// fault past a truncated end is turned into ErrCorrupt by Open's
-		// guard, as for bbolt's own mapping.
-		all, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", f.Name(), err)
-		}
-		defer unix.Munmap(all)
-		pf.all = all
-	}
-	return pf.check(f.Name())
-}
-
 // precheck checks, with plain reads, what bbolt.Open reads of the store
 // file f: the meta page it will use and the header of the freelist page.
-// It reports whether the walk of the page graph is still to be done
-// (checkMapped); for a file without a freelist it walks it at once. Its
-// errors wrap ErrCorrupt, except for read errors.
-func precheck(f *os.File, size int64) (pending bool, err error) {
+// The walk of the page graph is left to checkMapped. Its errors wrap
+// ErrCorrupt, except for read errors.
+func precheck(f *os.File, size int64) error {
 	pf := &pageFile{f: f, size: uint64(size)}
 	m, err := pf.meta()
-	if err == nil && m.freelist == noFreelist {
-		return false, checkPages(f, size)
-	}
-	if err == nil {
+	switch {
+	case err != nil:
+	case m.freelist == noFreelist:
+		err = errors.New("the meta page records no freelist (bbolt's NoFreelistSync, which this store never writes)")
+	default:
 		err = pf.freelistFits(m)
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s: %w: %v", f.Name(), ErrCorrupt, err)
+		return fmt.Errorf("%s: %w: %v", f.Name(), ErrCorrupt, err)
 	}
-	return true, nil
+	return nil
 }
 
 // freelistFits checks the header of m's freelist page: it lies within the
@@ -268,10 +245,7 @@ func (pf *pageFile) walk(m meta) error {
 	if err := w.page(m.root, 0, keyRange{}); err != nil {
 		return err
 	}
-	if m.freelist != noFreelist {
-		return w.freelist()
-	}
-	return nil
+	return w.freelist()
 }
 
 // keyRange bounds the keys of a subtree: lo ≤ key < hi, nil unbounded.

@@ -134,7 +134,7 @@ func Path(stateDir, plugin string) string {
 // (ErrUnsafe). An empty file is damage (ErrCorrupt), never initialised. A
 // write open also removes stale temporary files that killed processes left
 // beside the store. The file's page graph is checked before the store is
-// returned (checkPages).
+// returned (checkMapped); a file that records no freelist is refused.
 func Open(path string, opt Options) (s *Store, err error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 10 * time.Second
@@ -171,11 +171,9 @@ func Open(path string, opt Options) (s *Store, err error) {
 	if err != nil {
 		return nil, openError(path, opt, err)
 	}
-	if o.pending {
-		if err := checkMapped(db, o.size); err != nil {
-			db.Close()
-			return nil, err
-		}
+	if err := checkMapped(db, o.size); err != nil {
+		db.Close()
+		return nil, err
 	}
 	return &Store{db: db, path: path}, nil
 }
