@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cdi-exec/plugins/pkg/atomicfile"
+	"github.com/cdi-exec/plugins/pkg/store/internal/record"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -45,64 +46,16 @@ var (
 	ErrNotExist = errors.New("allocation store does not exist")
 )
 
-// Device is one device held by a request.
-type Device struct {
-	Key   string   `json:"key"`   // stable identity, for example a PCI address
-	Nodes []string `json:"nodes"` // host device node paths handed out
-	NUMA  int      `json:"numa"`  // NUMA node, -1 when unknown
-}
-
-// Allocation is what one resource-spec of a request holds.
-type Allocation struct {
-	Spec    string    `json:"spec"`
-	Amount  int       `json:"amount"`
-	Devices []Device  `json:"devices"`
-	Created time.Time `json:"created"`
-	// Nodes, when set, is the node list handed out for the whole
-	// allocation, for plugins whose nodes do not belong to single devices
-	// (a delegate's answer, a shared /dev/vfio/vfio).
-	Nodes []string `json:"nodes,omitempty"`
-	// Delegate names the plugin chain-loaded for this allocation.
-	Delegate string `json:"delegate,omitempty"`
-}
-
-// HandedOut returns the node paths the allocation handed out.
-func (a *Allocation) HandedOut() []string {
-	if a.Nodes != nil {
-		return a.Nodes
-	}
-	var out []string
-	for _, d := range a.Devices {
-		out = append(out, d.Nodes...)
-	}
-	return out
-}
-
-// Record is everything one request-id holds in one plugin.
-type Record struct {
-	ID          string       `json:"id"`
-	Type        string       `json:"type"`
-	Allocations []Allocation `json:"allocations"`
-}
-
-// Find returns the allocation for spec, or nil.
-func (r *Record) Find(spec string) *Allocation {
-	for i := range r.Allocations {
-		if r.Allocations[i].Spec == spec {
-			return &r.Allocations[i]
-		}
-	}
-	return nil
-}
-
-// Devices returns every device of the record, allocation by allocation.
-func (r *Record) Devices() []Device {
-	var ds []Device
-	for _, a := range r.Allocations {
-		ds = append(ds, a.Devices...)
-	}
-	return ds
-}
+// The record types are internal/record's: a record's form is its codec's
+// concern, and the store's callers use them as the store's own.
+type (
+	// Device is one device held by a request.
+	Device = record.Device
+	// Allocation is what one resource-spec of a request holds.
+	Allocation = record.Allocation
+	// Record is everything one request-id holds in one plugin.
+	Record = record.Record
+)
 
 // Options tune Open.
 type Options struct {
@@ -364,7 +317,7 @@ func (t *Tx) Get(id string) (*Record, error) {
 // decode parses the record stored under id.
 func decode(id string, p []byte) (*Record, error) {
 	var r Record
-	if err := unmarshalRecord(p, &r); err != nil {
+	if err := record.Unmarshal(p, &r); err != nil {
 		return nil, fmt.Errorf("%w: record %q: %v", ErrCorrupt, id, err)
 	}
 	if r.ID != id {
@@ -391,7 +344,7 @@ func (t *Tx) Put(r *Record) error {
 			return err
 		}
 	}
-	v, err := marshalRecord(r)
+	v, err := record.Marshal(r)
 	if err != nil {
 		return err
 	}
