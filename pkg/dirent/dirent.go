@@ -1,7 +1,7 @@
 // Package dirent lists directories with getdents64: each entry's name,
 // inode number and type as the file system reports them, without a stat
 // and without an allocation per entry. sysfs discovery, the discovery
-// cache's stamps and the store's sweep of temporary files list
+// cache's stamps and the sweep of temporary files (pkg/atomicfile) list
 // directories this way.
 package dirent
 
