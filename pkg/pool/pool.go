@@ -265,22 +265,31 @@ type session struct {
 }
 
 // begin opens the store with opt, which takes its lock, and starts the
-// deadlines of the hold. end releases them and closes the store.
+// deadlines of the hold. Only a plugin that sets devices up (Setup) has
+// work that waits and can be cut off; for the others hold and work are ctx
+// itself, as the timer of a deadline would set up the runtime's poller (an
+// epoll instance, an eventfd, a thread) in every ADD, DEL and GC for
+// nothing (docs/performance.md). end releases them and closes the store.
 func (p Pool) begin(ctx context.Context, c *skel.Call, opt store.Options) (*session, error) {
 	st, err := p.open(c, opt)
 	if err != nil {
 		return nil, err
 	}
+	s := &session{call: c, st: st, hold: ctx, work: ctx, cancel: [2]context.CancelFunc{nop, nop}}
+	if p.Setup == nil {
+		return s, nil
+	}
 	limit := p.hold
 	if limit <= 0 {
 		limit = HoldLimit
 	}
-	s := &session{call: c, st: st}
 	now := time.Now()
 	s.hold, s.cancel[0] = context.WithDeadline(ctx, now.Add(limit))
 	s.work, s.cancel[1] = context.WithDeadline(s.hold, now.Add(limit*3/4))
 	return s, nil
 }
+
+func nop() {}
 
 // end releases the deadlines and closes the store.
 func (s *session) end() {
