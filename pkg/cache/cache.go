@@ -22,13 +22,12 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cdi-exec/plugins/pkg/dirent"
+	"github.com/cdi-exec/plugins/pkg/atomicfile"
 )
 
 // Watch says where a host shows its devices. Paths are host paths (under
@@ -249,71 +248,10 @@ func (c *Cache) Save(st *Stamp, summary, facts []byte) error {
 	if st == nil {
 		return nil
 	}
-	b := c.encode(st, summary, facts)
-	c.sweep()
-	tmp := c.Path() + ".tmp-" + strconv.Itoa(os.Getpid())
-	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := writeAll(fd, b); err != nil {
-		unix.Close(fd)
-		unix.Unlink(tmp)
-		return err
-	}
-	if err := unix.Close(fd); err != nil {
-		unix.Unlink(tmp)
-		return err
-	}
-	// Unlink first, then rename: ext4 (auto_da_alloc) flushes a file
-	// that is renamed over another to disk before it returns, which costs
-	// half a millisecond. A reader meanwhile finds the old file, none
-	// (and rescans), or the new one; never a torn one.
-	if err := unix.Unlink(c.Path()); err != nil && err != unix.ENOENT {
-		unix.Unlink(tmp)
-		return err
-	}
-	if err := unix.Rename(tmp, c.Path()); err != nil {
-		unix.Unlink(tmp)
-		return err
-	}
-	return nil
-}
-
-// sweep removes temporary files that a process killed between writing
-// and renaming left behind: this cache's, regular files of this user,
-// older than a minute (a write takes microseconds).
-func (c *Cache) sweep() {
-	prefix := c.name + ".tmp-"
-	cutoff := time.Now().Add(-time.Minute).Unix()
-	var stale []string
-	_ = dirent.List(c.dir, func(name []byte, _ uint64, _ uint8) {
-		if strings.HasPrefix(string(name), prefix) {
-			stale = append(stale, string(name))
-		}
-	})
-	for _, name := range stale {
-		var st unix.Stat_t
-		p := c.dir + "/" + name
-		if unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG &&
-			st.Uid == uint32(os.Geteuid()) && st.Mtim.Sec < cutoff {
-			_ = unix.Unlink(p)
-		}
-	}
-}
-
-func writeAll(fd int, b []byte) error {
-	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
+	// Not synced; the old file is unlinked before the rename, so a reader
+	// meanwhile finds the old file, none (and rescans), or the new one.
+	return atomicfile.WriteBytes(c.dir, c.name, atomicfile.Options{Temp: c.name + ".tmp-*", Perm: 0o600, NoSync: true},
+		c.encode(st, summary, facts))
 }
 
 // The file is a head and a body. The head: the magic, a checksum of the

@@ -16,8 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/cdi-exec/plugins/pkg/atomicfile"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -170,25 +170,8 @@ func (c *Config) Write(o Owner, requestID string, nodes []Node) error {
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(c.Dir, c.tempPattern(o))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), c.Path(o, requestID))
-	}
-	if err != nil {
+	name := filepath.Base(c.Path(o, requestID))
+	if err := atomicfile.WriteBytes(c.Dir, name, atomicfile.Options{Temp: c.tempPattern(o), Perm: 0o644}, b); err != nil {
 		return fmt.Errorf("writing CDI spec: %w", err)
 	}
 	// Two stores writing the same name at once both see the other here,
@@ -196,7 +179,7 @@ func (c *Config) Write(o Owner, requestID string, nodes []Node) error {
 	if err := c.foreign(o, requestID); err != nil {
 		return errors.Join(err, c.Remove(o, requestID))
 	}
-	return syncDir(c.Dir)
+	return nil
 }
 
 // content is the spec file of a request: one device named after it.
@@ -248,15 +231,6 @@ func (c *Config) names() ([]string, error) {
 	return names, err
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // Remove deletes the owner's spec of the request; a missing file is fine.
 // Files of other owners are never touched.
 func (c *Config) Remove(o Owner, requestID string) error {
@@ -270,22 +244,17 @@ func (c *Config) Remove(o Owner, requestID string) error {
 	return err
 }
 
-// tempPattern is the os.CreateTemp pattern of the owner's temporary spec
-// files: hidden, named after the kind and the owner so that a sweep takes
+// tempPattern is the pattern of the owner's temporary spec files
+// (atomicfile.Options.Temp): hidden, named after the kind and the owner so that a sweep takes
 // only its own, and without the .json that runtimes look for.
 func (c *Config) tempPattern(o Owner) string {
 	return ".tmp-" + c.prefix() + "*" + strings.TrimSuffix(o.suffix(), ".json")
 }
 
-// staleTemp is how old a temporary spec file must be before Orphans
-// removes it as the litter of a killed writer: a write takes milliseconds
-// (docs/reliability.md).
-const staleTemp = 5 * time.Minute
-
 // Orphans lists the request-ids that have a spec of this kind owned by o
 // in the directory but for which held reports false. Other owners' files
-// are not looked at. On the way it removes the owner's temporary files
-// that are older than staleTemp.
+// are not looked at. On the way it removes the owner's stale temporary
+// files (atomicfile.Sweep).
 func (c *Config) Orphans(o Owner, held func(id string) bool) ([]string, error) {
 	if err := o.valid(); err != nil {
 		return nil, err
@@ -294,17 +263,9 @@ func (c *Config) Orphans(o Owner, held func(id string) bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	atomicfile.Sweep(c.Dir, c.tempPattern(o))
 	var out []string
-	prefix, suffix, _ := strings.Cut(c.tempPattern(o), "*")
-	cutoff := time.Now().Add(-staleTemp)
 	for _, name := range names {
-		if strings.HasPrefix(name, prefix) && strings.HasSuffix(name, suffix) {
-			p := filepath.Join(c.Dir, name)
-			if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.ModTime().Before(cutoff) {
-				_ = os.Remove(p)
-			}
-			continue
-		}
 		id, ok := strings.CutPrefix(name, c.prefix())
 		if !ok {
 			continue

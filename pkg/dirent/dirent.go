@@ -1,7 +1,7 @@
 // Package dirent lists directories with getdents64: each entry's name,
 // inode number and type as the file system reports them, without a stat
 // and without an allocation per entry. sysfs discovery, the discovery
-// cache's stamps and the store's sweep of temporary files list
+// cache's stamps and the sweep of temporary files (pkg/atomicfile) list
 // directories this way.
 package dirent
 
@@ -70,10 +70,11 @@ func readFD(fd int, path string) ([]byte, error) {
 }
 
 // Each walks the records of a getdents64 buffer: struct
-// linux_dirent64 is ino u64, off s64, reclen u16, type u8, then the name.
+// linux_dirent64 is ino u64, off s64, reclen u16, type u8, then the name,
+// each number in the machine's own byte order.
 func Each(b []byte, fn func(name []byte, ino uint64, typ uint8)) {
 	for len(b) >= 19 {
-		reclen := int(b[16]) | int(b[17])<<8
+		reclen := int(binary.NativeEndian.Uint16(b[16:18]))
 		if reclen < 19 || reclen > len(b) {
 			return
 		}
@@ -82,7 +83,7 @@ func Each(b []byte, fn func(name []byte, ino uint64, typ uint8)) {
 			name = name[:i]
 		}
 		if !(len(name) == 1 && name[0] == '.' || len(name) == 2 && name[0] == '.' && name[1] == '.') {
-			fn(name, binary.LittleEndian.Uint64(b[0:8]), b[18])
+			fn(name, binary.NativeEndian.Uint64(b[0:8]), b[18])
 		}
 		b = b[reclen:]
 	}

@@ -14,27 +14,63 @@ import (
 
 // Add allocates the request in one store transaction, or replays an earlier
 // identical allocation, then publishes the request's CDI spec when the
-// config asks for one. Discovery, the choice, the setup hooks and the
-// resolution of node names all run inside the transaction, under the
-// store's lock, bounded by HoldLimit.
+// config asks for one. It reads as ADD runs:
+//
+//  1. open the store, which takes its lock, and start the deadlines of the
+//     hold (Pool.begin);
+//  2. discover the usable devices, inside the transaction (adder.discover);
+//  3. choose the devices of each request item not held yet
+//     (adder.allocate, choose.go);
+//  4. verify the chosen devices live, discovering again once if one
+//     fails (adder.choose), or set them up (Setup.Handout);
+//  5. put the record, committed with the transaction;
+//  6. publish the CDI spec (adder.publish, publish.go).
+//
+// A failure anywhere rolls the transaction back and undoes the setup.
 func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
-	st, hold, work, done, err := p.lock(ctx, c, store.Options{})
+	s, err := p.begin(ctx, c, store.Options{})
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-
-	a := &adder{pool: p, call: c, pick: byCount(c.Locality, p.Strict, distances(c))}
-	if c.Pinned != nil {
-		a.pick = byKeys(c.Pinned, func(key string) string { return p.unusable(work, c, key) })
-	}
-	if err := st.Update(func(tx *store.Tx) error { return a.run(work, tx) }); err != nil {
-		a.undo(hold)
+	defer s.end()
+	a := p.adder(s)
+	err = s.st.Update(func(tx *store.Tx) error {
+		a.holder = tx.Holder
+		if err := a.discover(false); err != nil {
+			return err
+		}
+		rec, err := a.record(tx)
+		if err != nil {
+			return err
+		}
+		changed := false
+		for _, item := range c.Request.Items {
+			if old := rec.Find(item.Spec.String()); old != nil {
+				if err := a.replay(*old, item); err != nil {
+					return err
+				}
+				continue
+			}
+			al, err := a.allocate(item)
+			if err != nil {
+				return err
+			}
+			rec.Allocations = append(rec.Allocations, al)
+			changed = true
+		}
+		a.rec = *rec
+		if !changed {
+			return nil
+		}
+		return tx.Put(rec)
+	})
+	if err != nil {
+		a.undo()
 		return nil, storeError(err)
 	}
 	res := a.result()
 	if p.Spec != nil {
-		if err := a.publish(hold, st); err != nil {
+		if err := a.publish(); err != nil {
 			return nil, err
 		}
 		res.CDIDevices = []string{p.Spec.QualifiedName(c.RequestID)}
@@ -44,17 +80,29 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 
 // adder is the state of one ADD: what it found, chose and set up.
 type adder struct {
+	*session
 	pool   Pool
-	call   *skel.Call
 	pick   picker
 	holder func(key string) string // the store's index, in the transaction
 
 	devs      []Device          // devices discovered, in discovery order
 	present   map[string]Device // the same, by key
 	rescanned bool              // discovery read the host again after a failed live check
+	taken     map[string]bool   // by earlier items of this request
 	held      []answer          // per request item, in request order
 	undos     []func(context.Context)
 	rec       store.Record // the request's record after this call
+}
+
+// adder starts an ADD in session s: it picks by count, or, for a pinned
+// ADD, the devices the call names.
+func (p Pool) adder(s *session) *adder {
+	c := s.call
+	a := &adder{session: s, pool: p, pick: byCount(c.Locality, p.Strict, distances(c)), taken: map[string]bool{}}
+	if c.Pinned != nil {
+		a.pick = byKeys(c.Pinned, func(key string) string { return p.unusable(s.work, c, key) })
+	}
+	return a
 }
 
 // answer is an allocation an ADD answers with, marked fresh when this
@@ -64,75 +112,37 @@ type answer struct {
 	fresh bool
 }
 
-// run is the body of ADD's transaction. bbolt runs it once; an error rolls
-// everything back.
-func (a *adder) run(ctx context.Context, tx *store.Tx) error {
-	a.holder = tx.Holder
-	if err := a.discover(ctx, false); err != nil {
-		return err
-	}
+// record returns the request's record, or a new one. A spec for an id
+// that holds nothing is stale (a DEL killed before removing it): it is
+// removed before the commit, so that an ADD killed before its own spec
+// write leaves no spec at all, never one naming devices the id does not
+// hold.
+func (a *adder) record(tx *store.Tx) (*store.Record, error) {
 	rec, err := tx.Get(a.call.RequestID)
-	if err != nil {
-		return err
+	if err != nil || rec != nil {
+		return rec, err
 	}
-	if rec == nil {
-		rec = &store.Record{ID: a.call.RequestID, Type: a.call.Config.Type}
-		// A spec for an id that holds nothing is stale (a DEL killed
-		// before removing it). Remove it before committing, so that an
-		// ADD killed before its own spec write leaves no spec at all,
-		// never one naming devices the id does not hold.
-		if a.pool.Spec != nil {
-			a.pool.removeSpec(a.call, cdispec.Owner{Plugin: a.pool.Name, Store: tx.ID()}, a.call.RequestID)
-		}
+	if a.pool.Spec != nil {
+		a.pool.removeSpec(a.call, cdispec.Owner{Plugin: a.pool.Name, Store: tx.ID()}, a.call.RequestID)
 	}
-	taken := map[string]bool{} // by earlier items of this request
-	free := func(key string) bool { return !taken[key] && tx.Holder(key) == "" }
-	changed := false
-	for _, item := range a.call.Request.Items {
-		if old := rec.Find(item.Spec.String()); old != nil {
-			if err := a.replay(*old, item); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return protocol.Errorf(protocol.CodeInternal, "ADD ran out of time holding the store: %w", err)
-		}
-		al, err := a.allocate(ctx, item, free)
-		if err != nil {
-			return err
-		}
-		for _, d := range al.Devices {
-			taken[d.Key] = true
-		}
-		rec.Allocations = append(rec.Allocations, al)
-		a.held = append(a.held, answer{al, true})
-		changed = true
-	}
-	a.rec = *rec
-	if !changed {
-		return nil
-	}
-	return tx.Put(rec)
+	return &store.Record{ID: a.call.RequestID, Type: a.call.Config.Type}, nil
 }
 
-// discover discovers the devices, or prepares them (sriov), inside the
-// transaction. Devices held by other requests may be left out; this
-// request's own are scanned so that a replay reports their current names.
-// rescan asks discovery to read the host rather than a cache.
-func (a *adder) discover(ctx context.Context, rescan bool) error {
+// free reports whether a device may be handed out: no request holds it
+// and no earlier item of this request took it.
+func (a *adder) free(key string) bool { return !a.taken[key] && a.holder(key) == "" }
+
+// discover discovers the devices inside the transaction. Devices held by
+// other requests may be left out; this request's own are scanned so that
+// a replay reports their current names. rescan asks discovery to read the
+// host rather than a cache.
+func (a *adder) discover(rescan bool) error {
 	scan := Scan{NUMA: true, Holder: a.holder, RequestID: a.call.RequestID, Rescan: rescan}
-	var devs []Device
-	var err error
-	if a.pool.Prepare != nil {
-		devs, err = a.pool.Prepare(ctx, a.call, scan)
-	} else {
-		devs, err = a.pool.discover(ctx, a.call, scan)
-	}
+	devs, err := a.pool.discover(a.work, a.call, scan)
 	if err != nil {
 		return err
 	}
-	devs = a.pool.placed(ctx, a.call, devs)
+	devs = a.pool.placed(a.work, a.call, devs)
 	a.devs = devs
 	a.present = make(map[string]Device, len(devs))
 	for _, d := range devs {
@@ -158,10 +168,11 @@ func (a *adder) replay(old store.Allocation, item abnf.Item) error {
 	return nil
 }
 
-// undo takes back the setup of a failed ADD, newest first.
-func (a *adder) undo(ctx context.Context) {
+// undo takes back the setup of a failed ADD, newest first, within the
+// hold's deadline.
+func (a *adder) undo() {
 	for i := len(a.undos) - 1; i >= 0; i-- {
-		a.undos[i](ctx)
+		a.undos[i](a.hold)
 	}
 }
 

@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"time"
@@ -57,32 +56,38 @@ func byCount(locality []int, strict bool, dist func() alloc.Distances) picker {
 }
 
 // allocate chooses the devices of one request item and sets them up: the
-// Handout hook when the plugin has one, else each device's own nodes,
-// checked live now. It returns the allocation to record.
-func (a *adder) allocate(ctx context.Context, item abnf.Item, free func(string) bool) (store.Allocation, error) {
-	chosen, nodes, err := a.choose(ctx, item, free)
+// plugin's Setup when it has one, else each device's own nodes, checked
+// live now. It returns the allocation to record.
+func (a *adder) allocate(item abnf.Item) (store.Allocation, error) {
+	if err := a.work.Err(); err != nil {
+		return store.Allocation{}, protocol.Errorf(protocol.CodeInternal, "ADD ran out of time holding the store: %w", err)
+	}
+	chosen, nodes, err := a.choose(item)
 	if err != nil {
 		return store.Allocation{}, err
 	}
 	al := store.Allocation{Spec: item.Spec.String(), Amount: item.Amount, Created: time.Now().UTC()}
-	if a.pool.Handout == nil {
+	if a.pool.Setup == nil {
 		al.Nodes = a.pool.arrange(nodes)
-		for j, d := range chosen {
-			al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: nodes[j], NUMA: a.pool.numa(ctx, a.call, d)})
+	} else {
+		h, err := a.pool.Setup.Handout(a.work, a.call, item, chosen)
+		if err != nil {
+			return store.Allocation{}, err
 		}
-		return al, nil
+		if h.Undo != nil {
+			a.undos = append(a.undos, h.Undo)
+		}
+		al.Nodes, al.Delegate = protocol.NonNil(h.Nodes), h.Delegate
 	}
-	h, err := a.pool.Handout(ctx, a.call, item, chosen)
-	if err != nil {
-		return store.Allocation{}, err
+	for j, d := range chosen {
+		own := d.Nodes
+		if nodes != nil {
+			own = nodes[j]
+		}
+		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: own, NUMA: a.pool.numa(a.work, a.call, d)})
+		a.taken[d.Key] = true
 	}
-	if h.Undo != nil {
-		a.undos = append(a.undos, h.Undo)
-	}
-	al.Nodes, al.Delegate = protocol.NonNil(h.Nodes), h.Delegate
-	for _, d := range chosen {
-		al.Devices = append(al.Devices, store.Device{Key: d.Key, Nodes: d.Nodes, NUMA: a.pool.numa(ctx, a.call, d)})
-	}
+	a.held = append(a.held, answer{al, true})
 	return al, nil
 }
 
@@ -117,22 +122,22 @@ func (p Pool) arrange(nodes [][]string) []string {
 	return out
 }
 
-// choose picks the devices of one request item and, unless a Handout hook
-// makes the nodes, checks each live (Device.Resolve) and returns its
+// choose picks the devices of one request item and, unless the plugin's
+// Setup makes the nodes, checks each live (Device.Live) and returns its
 // nodes. Discovery may have answered from a cache, so the first device
 // that fails its check makes ADD discover again, reading the host, and
 // choose again among what it found; a device that fails after that is
 // left out and the choice made once more. A node is thus handed out only
 // after it was checked live (docs/performance.md#discovery-cache).
-func (a *adder) choose(ctx context.Context, item abnf.Item, free func(string) bool) ([]Device, [][]string, error) {
+func (a *adder) choose(item abnf.Item) ([]Device, [][]string, error) {
 	bad := map[string]bool{}
 	for {
 		devs := a.devs
 		if len(bad) > 0 { // left out as not usable, not as held (a pinned ADD says which)
 			devs = slices.DeleteFunc(slices.Clone(devs), func(d Device) bool { return bad[d.Key] })
 		}
-		chosen, err := a.pick(item, devs, free)
-		if err != nil || a.pool.Handout != nil {
+		chosen, err := a.pick(item, devs, a.free)
+		if err != nil || a.pool.Setup != nil {
 			return chosen, nil, err
 		}
 		nodes := make([][]string, len(chosen))
@@ -149,7 +154,7 @@ func (a *adder) choose(ctx context.Context, item abnf.Item, free func(string) bo
 		if !a.rescanned {
 			a.rescanned = true
 			clear(bad)
-			if err := a.discover(ctx, true); err != nil {
+			if err := a.discover(true); err != nil {
 				return nil, nil, err
 			}
 		}

@@ -13,7 +13,7 @@ import (
 // Del frees everything the request-id holds, in one transaction. A node
 // without a store (Options.Existing: none is made) holds nothing.
 func (p Pool) Del(ctx context.Context, c *skel.Call) error {
-	st, hold, _, done, err := p.lock(ctx, c, store.Options{Existing: true})
+	s, err := p.begin(ctx, c, store.Options{Existing: true})
 	if errors.Is(err, store.ErrNotExist) {
 		// No store, so no spec file is ours.
 		return protocol.NewError(protocol.CodeUnknownRequestID, "")
@@ -21,9 +21,9 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer s.end()
 	var teardownErr error
-	err = st.Update(func(tx *store.Tx) error {
+	err = s.st.Update(func(tx *store.Tx) error {
 		// Delete returns the record it removed, so it is read once; the
 		// removal is committed after the teardown, as it always was.
 		rec, err := tx.Delete(c.RequestID)
@@ -33,12 +33,12 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 		if rec == nil {
 			return protocol.NewError(protocol.CodeUnknownRequestID, "")
 		}
-		teardownErr = p.teardown(hold, c, rec)
+		teardownErr = p.teardown(s.hold, c, rec)
 		return nil
 	})
 	var e *protocol.Error
 	if err == nil || errors.As(err, &e) && e.Code == protocol.CodeUnknownRequestID {
-		p.unpublish(st, c, c.RequestID)
+		p.unpublish(s.st, c, c.RequestID)
 	}
 	if err != nil {
 		return storeError(err)
@@ -51,23 +51,23 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 // left for the next GC and said so in the answer's errors.
 func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
 	res := &skel.GCResult{Freed: []string{}}
-	st, hold, _, done, err := p.lock(ctx, c, store.Options{Existing: true})
+	s, err := p.begin(ctx, c, store.Options{Existing: true})
 	if errors.Is(err, store.ErrNotExist) {
 		return res, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	err = st.Update(func(tx *store.Tx) error { return p.collect(hold, c, tx, res) })
+	defer s.end()
+	err = s.st.Update(func(tx *store.Tx) error { return p.collect(s.hold, c, tx, res) })
 	if err != nil {
 		return nil, storeError(err)
 	}
 	for _, id := range res.Freed {
-		p.unpublish(st, c, id)
+		p.unpublish(s.st, c, id)
 	}
 	if p.Spec != nil {
-		p.removeOrphans(st, c)
+		p.removeOrphans(s.st, c)
 	}
 	return res, nil
 }
@@ -100,10 +100,11 @@ func (p Pool) collect(ctx context.Context, c *skel.Call, tx *store.Tx, res *skel
 	return nil
 }
 
-// teardown runs the Teardown hook, if any, on a record about to be freed.
+// teardown runs the plugin's Setup.Teardown, if any, on a record about to
+// be freed.
 func (p Pool) teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
-	if p.Teardown == nil {
+	if p.Setup == nil {
 		return nil
 	}
-	return p.Teardown(ctx, c, rec)
+	return p.Setup.Teardown(ctx, c, rec)
 }

@@ -43,10 +43,10 @@ func byKeys(keys []string, why func(key string) string) picker {
 // unusable says why key is not among the usable devices, from the
 // plugin's inventory when it has one.
 func (p Pool) unusable(ctx context.Context, c *skel.Call, key string) string {
-	if p.Inventory == nil {
+	if p.Lister == nil {
 		return "no such device"
 	}
-	devs, err := p.Inventory(ctx, c)
+	devs, err := p.Lister.Inventory(ctx, c)
 	if err != nil {
 		return fmt.Sprintf("no such device (the inventory failed: %v)", err)
 	}

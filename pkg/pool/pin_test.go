@@ -100,13 +100,13 @@ func TestPinned(t *testing.T) {
 			e := newEnv(t, gpus(tt.numa...))
 			e.pool.Strict = tt.strict
 			if tt.inv != nil {
-				e.pool.Inventory = func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+				e.pool.Lister = listFunc(func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 					var out []protocol.DeviceInfo
 					for k, why := range tt.inv {
 						out = append(out, protocol.DeviceInfo{Key: k, Reason: why})
 					}
 					return out, nil
-				}
+				})
 			}
 			for i, s := range tt.steps {
 				e.run(i, s)

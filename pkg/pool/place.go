@@ -11,18 +11,18 @@ import (
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
-// placed fills in where each device sits (Pool.Place) when the choice of
+// placed fills in where each device sits (the plugin's Placer) when the choice of
 // some request item depends on it (alloc.NeedsPlace): once per ADD, and
 // never for a single device without a NUMA request.
 func (p Pool) placed(ctx context.Context, c *skel.Call, devs []Device) []Device {
 	needs := func(it abnf.Item) bool {
 		return alloc.NeedsPlace(alloc.Request{N: it.Amount, Locality: c.Locality})
 	}
-	if p.Place == nil || !slices.ContainsFunc(c.Request.Items, needs) {
+	if p.Placer == nil || !slices.ContainsFunc(c.Request.Items, needs) {
 		return devs
 	}
 	for i := range devs {
-		devs[i].NUMA, devs[i].PCIe = p.Place(ctx, c, devs[i])
+		devs[i].NUMA, devs[i].PCIe = p.Placer.Place(ctx, c, devs[i])
 		devs[i].placed = true
 	}
 	return devs
@@ -31,10 +31,10 @@ func (p Pool) placed(ctx context.Context, c *skel.Call, devs []Device) []Device 
 // numa returns the NUMA node of a chosen device, reading its place when
 // the choice did not need it.
 func (p Pool) numa(ctx context.Context, c *skel.Call, d Device) int {
-	if d.placed || p.Place == nil {
+	if d.placed || p.Placer == nil {
 		return d.NUMA
 	}
-	n, _ := p.Place(ctx, c, d)
+	n, _ := p.Placer.Place(ctx, c, d)
 	return n
 }
 

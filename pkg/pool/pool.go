@@ -1,10 +1,12 @@
 // Package pool implements the commands shared by plugins that hand out whole
 // devices exclusively: count them for INFO, choose and record them for ADD,
 // free them for DEL and GC, list them with their holders for DEVICES, and
-// publish allocations as CDI spec files. A plugin supplies discovery; pool
-// owns the store transaction and the mapping of failures to protocol codes.
+// publish allocations as CDI spec files. A plugin implements Discoverer,
+// and Counter, Placer, Lister and Setup when it has them; pool owns the
+// store session and its transaction and the mapping of failures to
+// protocol codes.
 //
-// The files follow the concerns: add.go (one ADD transaction), choose.go
+// The files follow the concerns: add.go (ADD, top to bottom), choose.go
 // (the choice and setup of one request item), free.go (DEL and GC),
 // publish.go (CDI spec files), args.go (the shared cdi_spec arg).
 package pool
@@ -34,33 +36,79 @@ type Device struct {
 	Index int      // preference order; lower first
 	NUMA  int      // NUMA node or alloc.Unknown
 	Nodes []string // container-facing device node paths, in handout order
-	// Resolve, when set, checks a device that is being handed out live
-	// and returns its final node paths; discovery (or a cache) gives
-	// nodes by their conventional names and leaves the per-device reads
-	// to the few devices chosen. An error means the device must not be
-	// handed out: ADD then discovers again and chooses again.
-	Resolve func() ([]string, error)
+	// Live, when set, checks the device live as it is handed out and
+	// gives its final node paths; discovery (or a cache) gives nodes by
+	// their conventional names and leaves the per-device reads to the
+	// few devices chosen.
+	Live Resolver
 	// Dir is the device's sysfs directory on the host, when discovery
-	// has it, for Pool.Place.
+	// has it, for a Placer.
 	Dir string
 	// PCIe is the device's place in the PCIe tree (alloc.Candidate.PCIe),
-	// filled in by Pool.Place when the choice needs it.
+	// filled in from the Placer when the choice needs it.
 	PCIe   []string
 	placed bool
 }
 
 // nodes returns the device's final node paths.
 func (d Device) nodes() ([]string, error) {
-	if d.Resolve != nil {
-		return d.Resolve()
+	if d.Live != nil {
+		return d.Live.Resolve()
 	}
 	return d.Nodes, nil
 }
 
+// What a plugin implements. Every method gets the command's context, which
+// carries its deadline, and the call; nothing keeps a copy of either.
+
+// Discoverer finds the usable devices present now, in any order. ADD
+// calls it inside its store transaction, while the plugin holds its
+// store's lock, so a plugin may change the host there (sriov creates VFs)
+// knowing what is allocated (Scan.Held).
+type Discoverer interface {
+	Discover(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error)
+}
+
+// Counter answers INFO without building devices: the number of usable
+// devices.
+type Counter interface {
+	Capacity(ctx context.Context, c *skel.Call) (int, error)
+}
+
+// Placer reads where a device sits: its NUMA node and its PCIe chain
+// (alloc.Candidate.PCIe). ADD asks only when the choice depends on place
+// (alloc.NeedsPlace), and for the devices it hands out, so INFO and
+// single-device ADDs do not pay for it.
+type Placer interface {
+	Place(ctx context.Context, c *skel.Call, d Device) (numa int, pcie []string)
+}
+
+// Lister lists every device the plugin sees, usable or not, for the
+// DEVICES extension and to say why a pinned key cannot be had.
+type Lister interface {
+	Inventory(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo, error)
+}
+
+// Setup is implemented by plugins that set devices up (sriov). Handout
+// turns the devices chosen for one request item into the nodes handed
+// out, with an undo that ADD calls if it fails later; the devices' live
+// check is then the plugin's. Teardown runs before a record is deleted by
+// DEL or GC; its error is reported, and the record is deleted anyway.
+type Setup interface {
+	Handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []Device) (Handout, error)
+	Teardown(ctx context.Context, c *skel.Call, rec *store.Record) error
+}
+
+// Resolver checks one device that is being handed out, live, and returns
+// its final node paths. An error means the device must not be handed
+// out: ADD then discovers again and chooses again.
+type Resolver interface {
+	Resolve() ([]string, error)
+}
+
 // Pool runs the exclusive-allocation commands for one plugin. It implements
-// skel.Plugin (and GC and DEVICES), so a plugin embeds it and supplies
-// discovery. Every hook gets the command's context, which carries its
-// deadline, and the call.
+// skel.Plugin (and GC and DEVICES), so a plugin embeds it and hands it
+// itself as the interfaces above it implements.
 type Pool struct {
 	// Name is the plugin's binary name; the store is <Name>.db.
 	Name string
@@ -70,41 +118,22 @@ type Pool struct {
 	// Strict makes a requested NUMA locality mandatory (code 105).
 	Strict bool
 	// Shared lists, in handout order, host-wide nodes that a device's
-	// Resolve may return besides its own (drm's /dev/kfd, /dev/nvidiactl):
-	// an allocation hands each out once, after every device's own nodes.
+	// Resolver may return besides its own (drm's /dev/kfd,
+	// /dev/nvidiactl): an allocation hands each out once, after every
+	// device's own nodes.
 	Shared []string
-	// Discover returns the usable devices present now, in any order.
-	Discover func(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error)
-	// Capacity, when set, answers INFO instead of counting what Discover
-	// returns: the number of usable devices, without building them.
-	Capacity func(ctx context.Context, c *skel.Call) (int, error)
 
-	// Hooks for plugins that set devices up (sriov); all optional.
-
-	// Prepare replaces Discover for ADD. It runs inside ADD's store
-	// transaction, while the plugin holds its store's lock, so it may
-	// change the host (create VFs) knowing what is allocated (scan.Held).
-	Prepare func(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error)
-	// Handout turns the devices chosen for one request item into the
-	// nodes handed out, with an undo that ADD calls if it fails later.
-	Handout func(ctx context.Context, c *skel.Call, item abnf.Item, chosen []Device) (Handout, error)
-	// Teardown runs before a record is deleted by DEL or GC. Its error is
-	// reported, and the record is deleted anyway.
-	Teardown func(ctx context.Context, c *skel.Call, rec *store.Record) error
-	// Inventory lists every device the plugin sees, usable or not, for
-	// the DEVICES extension.
-	Inventory func(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo, error)
-	// Place, when set, reads where a device sits: its NUMA node and its
-	// PCIe chain (alloc.Candidate.PCIe). ADD calls it only when the choice
-	// depends on place (alloc.NeedsPlace) and for the devices it hands
-	// out, so INFO and single-device ADDs do not pay for it.
-	Place func(ctx context.Context, c *skel.Call, d Device) (numa int, pcie []string)
+	Discoverer Discoverer // required
+	Counter    Counter    // optional: INFO counts what Discover returns without it
+	Placer     Placer     // optional
+	Lister     Lister     // optional: DEVICES is unsupported without it
+	Setup      Setup      // optional
 
 	// hold replaces HoldLimit in tests.
 	hold time.Duration
 }
 
-// Scan tells Discover and Prepare what the command needs.
+// Scan tells Discover what the command needs.
 type Scan struct {
 	// NUMA asks for the NUMA node of every device returned (ADD).
 	NUMA bool
@@ -134,7 +163,7 @@ func (s Scan) Skipped(key string) bool {
 	return h != "" && h != s.RequestID
 }
 
-// Handout is what a Handout hook produced for one request item.
+// Handout is what Setup.Handout produced for one request item.
 type Handout struct {
 	Nodes    []string
 	Delegate string // plugin chain-loaded, recorded for DEL
@@ -162,8 +191,8 @@ func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
 	if _, err := store.Probe(store.Path(c.Env.StateDir, p.Name)); err != nil {
 		return nil, storeError(err)
 	}
-	if p.Capacity != nil {
-		n, err := p.Capacity(ctx, c)
+	if p.Counter != nil {
+		n, err := p.Counter.Capacity(ctx, c)
 		if err != nil {
 			return nil, discoveryError(c, err)
 		}
@@ -177,24 +206,30 @@ func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
 }
 
 func (p Pool) discover(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error) {
-	devs, err := p.Discover(ctx, c, scan)
+	devs, err := p.Discoverer.Discover(ctx, c, scan)
 	if err != nil {
 		return nil, discoveryError(c, err)
 	}
 	return devs, nil
 }
 
+// discoveryError maps a failure of discovery to a protocol error: errors
+// that carry a code keep it (sriov's setup, 107), others become code 100.
 func discoveryError(c *skel.Call, err error) error {
+	var e *protocol.Error
+	if errors.As(err, &e) {
+		return err
+	}
 	return protocol.Errorf(protocol.CodeInternal, "discovering devices under %s: %w", c.Env.HostRoot, err)
 }
 
 // Devices answers the DEVICES extension: the inventory, with the holder
 // of each device read from the store (read-only, bounded wait).
 func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo, error) {
-	if p.Inventory == nil {
+	if p.Lister == nil {
 		return nil, protocol.NewError(protocol.CodeCommandUnsupported, "Unsupported command: DEVICES")
 	}
-	devs, err := p.Inventory(ctx, c)
+	devs, err := p.Lister.Inventory(ctx, c)
 	if err != nil {
 		return nil, discoveryError(c, err)
 	}
@@ -218,22 +253,49 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 	return devs, nil
 }
 
-// lock opens the store for writing with opt, which takes its lock, and
-// bounds the time the lock is held: hold ends at HoldLimit, work a quarter
-// earlier. done releases both contexts and closes the store.
-func (p Pool) lock(ctx context.Context, c *skel.Call, opt store.Options) (st *store.Store, hold, work context.Context, done func(), err error) {
-	st, err = p.open(c, opt)
+// session is one command's hold on the store: the call, the open store
+// (its lock taken), and the two deadlines of that hold: hold ends at
+// HoldLimit, work a quarter earlier, so that undoing a failed setup still
+// fits.
+type session struct {
+	call       *skel.Call
+	st         *store.Store
+	hold, work context.Context
+	cancel     [2]context.CancelFunc
+}
+
+// begin opens the store with opt, which takes its lock, and starts the
+// deadlines of the hold. Only a plugin that sets devices up (Setup) has
+// work that waits and can be cut off; for the others hold and work are ctx
+// itself, as the timer of a deadline would set up the runtime's poller (an
+// epoll instance, an eventfd, a thread) in every ADD, DEL and GC for
+// nothing (docs/performance.md). end releases them and closes the store.
+func (p Pool) begin(ctx context.Context, c *skel.Call, opt store.Options) (*session, error) {
+	st, err := p.open(c, opt)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, err
+	}
+	s := &session{call: c, st: st, hold: ctx, work: ctx, cancel: [2]context.CancelFunc{nop, nop}}
+	if p.Setup == nil {
+		return s, nil
 	}
 	limit := p.hold
 	if limit <= 0 {
 		limit = HoldLimit
 	}
 	now := time.Now()
-	hold, cancelHold := withDeadline(ctx, now.Add(limit))
-	work, cancelWork := withDeadline(hold, now.Add(limit*3/4))
-	return st, hold, work, func() { cancelWork(); cancelHold(); st.Close() }, nil
+	s.hold, s.cancel[0] = context.WithDeadline(ctx, now.Add(limit))
+	s.work, s.cancel[1] = context.WithDeadline(s.hold, now.Add(limit*3/4))
+	return s, nil
+}
+
+func nop() {}
+
+// end releases the deadlines and closes the store.
+func (s *session) end() {
+	s.cancel[1]()
+	s.cancel[0]()
+	s.st.Close()
 }
 
 // open opens the plugin's store with opt and the call's lock timeout, and

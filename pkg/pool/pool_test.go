@@ -60,7 +60,7 @@ func (h *host) discover(_ context.Context, _ *skel.Call, scan Scan) ([]Device, e
 			continue
 		}
 		if n, ok := h.names[d.Key]; ok {
-			d.Resolve = func() ([]string, error) { return n, nil }
+			d.Live = resolveFunc(func() ([]string, error) { return n, nil })
 		}
 		out = append(out, d)
 	}
@@ -83,7 +83,7 @@ type env struct {
 
 func newEnv(t *testing.T, h *host) *env {
 	e := &env{t: t, state: t.TempDir(), host: h}
-	e.pool = Pool{Name: "fake", Discover: h.discover}
+	e.pool = Pool{Name: "fake", Discoverer: discoverFunc(h.discover)}
 	return e
 }
 
@@ -430,7 +430,7 @@ func (r *recorder) teardown(ctx context.Context, c *skel.Call, rec *store.Record
 func TestHooks(t *testing.T) {
 	e := newEnv(t, gpus(0, 0, 0, 0, 0, 0))
 	r := &recorder{}
-	e.pool.Handout, e.pool.Teardown = r.handout, r.teardown
+	e.pool.Setup = setupFuncs{r.handout, r.teardown}
 
 	c := e.call(protocol.CmdAdd, "a", "gpu:1,gpu-mem:2", nil)
 	res, err := e.pool.Add(context.Background(), c)
@@ -492,7 +492,7 @@ func TestHooks(t *testing.T) {
 func TestHoldLimit(t *testing.T) {
 	e := newEnv(t, gpus(0, 0, 0, 0))
 	r := &recorder{failItem: 2, block: true}
-	e.pool.Handout, e.pool.Teardown = r.handout, r.teardown
+	e.pool.Setup = setupFuncs{r.handout, r.teardown}
 	e.pool.hold = 2 * time.Second
 	if _, err := e.add("a", "gpu:1,gpu-mem:1"); code(err) != protocol.CodeSetup || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("blocked Handout: %v", err)
@@ -518,20 +518,19 @@ func TestHoldLimit(t *testing.T) {
 	}
 }
 
-// TestPrepare: Prepare replaces Discover for ADD, runs inside the
-// transaction, and sees who holds what.
-func TestPrepare(t *testing.T) {
+// TestDiscoverInTransaction: ADD's Discover runs inside the transaction
+// and sees who holds what, so a plugin may set the host up there (sriov).
+func TestDiscoverInTransaction(t *testing.T) {
 	e := newEnv(t, gpus(0, 0))
 	var held []bool
-	e.pool.Discover = nil
-	e.pool.Prepare = func(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error) {
+	e.pool.Discoverer = discoverFunc(func(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error) {
 		held = append(held, scan.Held("g0"))
 		return e.host.devs, nil
-	}
+	})
 	e.run(0, step{id: "a", request: "gpu:1", devices: []string{"/dev/g0"}, local: []int{0}})
 	e.run(1, step{id: "b", request: "gpu:1", devices: []string{"/dev/g1"}, local: []int{0}})
 	if !slices.Equal(held, []bool{false, true}) {
-		t.Errorf("Prepare saw g0 held: %v", held)
+		t.Errorf("Discover saw g0 held: %v", held)
 	}
 }
 
@@ -541,9 +540,9 @@ func TestDevicesShowsHolders(t *testing.T) {
 	if _, err := e.pool.Devices(context.Background(), c); code(err) != protocol.CodeCommandUnsupported {
 		t.Errorf("DEVICES without Inventory: %v", err)
 	}
-	e.pool.Inventory = func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+	e.pool.Lister = listFunc(func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 		return []protocol.DeviceInfo{{Key: "g0", Usable: true}, {Key: "g1", Usable: true}}, nil
-	}
+	})
 	devs, err := e.pool.Devices(context.Background(), c)
 	if err != nil || devs[0].HeldBy != "" || devs[1].HeldBy != "" {
 		t.Errorf("DEVICES without a store = %+v, %v", devs, err)
@@ -658,7 +657,7 @@ func TestPublish(t *testing.T) {
 func TestPublishFailure(t *testing.T) {
 	e := specEnv(t)
 	r := &recorder{}
-	e.pool.Handout = r.handout
+	e.pool.Setup = setupFuncs{handout: r.handout}
 	if _, err := e.add("a", "gpu:1"); err != nil {
 		t.Fatal(err)
 	}
@@ -733,7 +732,7 @@ func TestAddLiveCheck(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, &host{})
 			rescans := 0
-			e.pool.Discover = func(_ context.Context, _ *skel.Call, scan Scan) ([]Device, error) {
+			e.pool.Discoverer = discoverFunc(func(_ context.Context, _ *skel.Call, scan Scan) ([]Device, error) {
 				keys := tt.cached
 				if scan.Rescan {
 					rescans++
@@ -743,16 +742,16 @@ func TestAddLiveCheck(t *testing.T) {
 				for i, k := range keys {
 					d := Device{Key: k, Index: i, NUMA: 0, Nodes: []string{"/dev/" + k}}
 					bad := slices.Contains(tt.failing, k) || !scan.Rescan && !slices.Contains(tt.fresh, k)
-					d.Resolve = func() ([]string, error) {
+					d.Live = resolveFunc(func() ([]string, error) {
 						if bad {
 							return nil, gone
 						}
 						return []string{"/dev/" + k}, nil
-					}
+					})
 					out = append(out, d)
 				}
 				return out, nil
-			}
+			})
 			res, err := e.add("a", fmt.Sprintf("gpu:%d", tt.amount))
 			switch {
 			case tt.want == nil && code(err) != protocol.CodeInsufficient:
@@ -772,13 +771,13 @@ func TestAddLiveCheck(t *testing.T) {
 // not as held by another request.
 func TestPinnedLiveCheck(t *testing.T) {
 	e := newEnv(t, &host{})
-	e.pool.Discover = func(_ context.Context, _ *skel.Call, scan Scan) ([]Device, error) {
+	e.pool.Discoverer = discoverFunc(func(_ context.Context, _ *skel.Call, scan Scan) ([]Device, error) {
 		return []Device{{Key: "g0", NUMA: 0, Nodes: []string{"/dev/g0"},
-			Resolve: func() ([]string, error) { return nil, errors.New("its node is not the device sysfs describes") }}}, nil
-	}
-	e.pool.Inventory = func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+			Live: resolveFunc(func() ([]string, error) { return nil, errors.New("its node is not the device sysfs describes") })}}, nil
+	})
+	e.pool.Lister = listFunc(func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 		return []protocol.DeviceInfo{{Key: "g0", Reason: "its node is not the device sysfs describes"}}, nil
-	}
+	})
 	c := e.call(protocol.CmdAdd, "a", "gpu:1", nil)
 	c.Pinned = []string{"g0"}
 	_, err := e.pool.Add(context.Background(), c)

@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"context"
 	"slices"
 
 	"github.com/cdi-exec/plugins/pkg/cdispec"
@@ -15,8 +14,8 @@ import (
 // leaves a record without a spec, which the next ADD replay rewrites, never
 // a spec claiming free devices. If the spec cannot be written, the
 // allocations this call made are taken back and their setup undone.
-func (a *adder) publish(ctx context.Context, st *store.Store) error {
-	spec, c := a.pool.Spec, a.call
+func (a *adder) publish() error {
+	spec, c, st := a.pool.Spec, a.call, a.st
 	var nodes []cdispec.Node
 	for _, al := range a.rec.Allocations {
 		for _, path := range al.HandedOut() {
@@ -37,7 +36,7 @@ func (a *adder) publish(ctx context.Context, st *store.Store) error {
 		cur.Allocations = slices.DeleteFunc(cur.Allocations, a.fresh)
 		return tx.Replace(cur)
 	})
-	a.undo(ctx)
+	a.undo()
 	if rollback != nil {
 		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", spec.Path(owner, c.RequestID), err, rollback)
 	}

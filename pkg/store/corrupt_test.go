@@ -7,11 +7,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"testing"
 	"time"
 )
@@ -321,117 +319,4 @@ func FuzzCorruption(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(h.check)
-}
-
-// checkPages refuses page graphs that would make bbolt loop, crash or
-// write over live pages, each found by damage aimed at it.
-func TestCheckPages(t *testing.T) {
-	h := buildHistory(t)
-	ps := uint64(h.pageSize)
-	page := func(b []byte, id uint64) []byte { return b[id*ps : (id+1)*ps] }
-	m, ok := parseMeta(page(h.file, uint64(h.newest)))
-	if !ok {
-		t.Fatal("newest meta page invalid")
-	}
-	branch := uint64(0) // a branch page of the live tree
-	pf := &pageFile{size: uint64(len(h.file)), all: h.file}
-	w := &walker{pf: pf, m: m, seen: newBits(m.high)}
-	if err := w.page(m.root, 0, keyRange{}); err != nil {
-		t.Fatal(err)
-	}
-	for id := uint64(2); id < m.high; id++ {
-		if w.seen.has(id) && native.Uint16(page(h.file, id)[8:]) == branchFlag && native.Uint16(page(h.file, id)[10:]) > 1 {
-			branch = id
-		}
-	}
-	if branch == 0 {
-		t.Fatal("no branch page with two elements")
-	}
-	elem := func(b []byte, i uint64) []byte { return page(b, branch)[pageHeaderSize+i*elementSize:] }
-	// noFreelist makes the newest meta page record no freelist, as bbolt's
-	// NoFreelistSync writes it, with a valid checksum: bbolt.Open then
-	// walks every page itself to rebuild the freelist.
-	noFreelist := func(b []byte) {
-		meta := page(b, uint64(h.newest))[pageHeaderSize:]
-		native.PutUint64(meta[32:], ^uint64(0))
-		sum := fnv.New64a()
-		sum.Write(meta[:56])
-		native.PutUint64(meta[56:], sum.Sum64())
-	}
-	tests := []struct {
-		name   string
-		damage func(b []byte)
-		want   string
-	}{
-		{"a branch points at itself", func(b []byte) { native.PutUint64(elem(b, 0)[8:], branch) }, "reached twice"},
-		{"a branch points past the last page", func(b []byte) { native.PutUint64(elem(b, 0)[8:], m.high+5) }, "outside"},
-		{"a branch key out of order", func(b []byte) {
-			e := elem(b, 1)
-			clear(e[native.Uint32(e) : native.Uint32(e)+native.Uint32(e[4:])])
-		}, "out of order"},
-		{"a branch key points past the page", func(b []byte) { native.PutUint32(elem(b, 0), 1<<20) }, "points past"},
-		{"too many elements", func(b []byte) { native.PutUint16(page(b, branch)[10:], 0xffff) }, "do not fit"},
-		{"a page says it is another", func(b []byte) { native.PutUint64(page(b, branch), branch+1) }, "says it is page"},
-		{"the freelist lists a live page", func(b []byte) {
-			fl := page(b, m.freelist)
-			native.PutUint16(fl[10:], 1)
-			native.PutUint64(fl[pageHeaderSize:], branch)
-		}, "which is in use"},
-		{"the file ends before the last page", nil, "the file holds"},
-		// bbolt.Open reads the freelist itself: checked before it.
-		{"the freelist claims more entries than its page holds", func(b []byte) {
-			fl := page(b, m.freelist)
-			native.PutUint16(fl[10:], 0xFFFF)
-			native.PutUint64(fl[pageHeaderSize:], 1<<40)
-		}, "do not fit"},
-		{"the freelist page is another kind", func(b []byte) {
-			native.PutUint16(page(b, m.freelist)[8:], leafFlag)
-		}, "is not the freelist"},
-		// Checked before bbolt.Open, which walks the pages itself here.
-		{"no freelist, and a branch points at itself", func(b []byte) {
-			noFreelist(b)
-			native.PutUint64(elem(b, 0)[8:], branch)
-		}, "reached twice"},
-		{"no freelist, and a branch key out of order", func(b []byte) {
-			noFreelist(b)
-			e := elem(b, 1)
-			clear(e[native.Uint32(e) : native.Uint32(e)+native.Uint32(e[4:])])
-		}, "out of order"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b := append([]byte(nil), h.file...)
-			if tt.damage != nil {
-				tt.damage(b)
-			} else {
-				b = b[:(m.high-1)*ps]
-			}
-			path := Path(t.TempDir(), "p")
-			if err := os.WriteFile(path, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			_, err := openAndRead(path)
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want ErrCorrupt saying %q", err, tt.want)
-			}
-			_, err = Open(path, Options{Timeout: time.Second, ReadOnly: true})
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("read-only open: err = %v, want ErrCorrupt saying %q", err, tt.want)
-			}
-		})
-	}
-	// A sound store without a freelist is checked the same way and
-	// opens: bbolt writes a freelist in its Open.
-	t.Run("no freelist, sound", func(t *testing.T) {
-		b := append([]byte(nil), h.file...)
-		noFreelist(b)
-		path := Path(t.TempDir(), "p")
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		got, err := openAndRead(path)
-		if err != nil || !maps.Equal(got, h.final) {
-			t.Fatalf("read %d entries, err %v; want the %d of the last commit", len(got), err, len(h.final))
-		}
-	})
 }

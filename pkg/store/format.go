@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc64"
 	"strconv"
 
 	bolt "go.etcd.io/bbolt"
@@ -43,27 +44,11 @@ var (
 	keyID          = []byte("id")
 )
 
-//go:generate go run gencrc.go
-
-// crcUpdate is crc64.Update(crc, crc64.MakeTable(crc64.ECMA), p), eight
-// bytes at a time (slicing-by-8). Its tables are built when the binary is
-// (crctable.go), not at run time: hash/crc64 builds them, for two
-// polynomials (32 KiB), in every process that checksums anything, and even
-// the byte table alone costs a process that checksums a store more than
-// reading the 16 KiB of a static one.
+// crcUpdate is CRC-64/ECMA (crc64.Update with the ECMA table). hash/crc64
+// builds its tables on first use, once per process, and only a process
+// that checksums a store (ADD, DEL, GC, a check) pays for that.
 func crcUpdate(crc uint64, p []byte) uint64 {
-	t := &crcTables
-	crc = ^crc
-	for len(p) >= 8 {
-		crc ^= binary.LittleEndian.Uint64(p)
-		crc = t[7][crc&0xff] ^ t[6][crc>>8&0xff] ^ t[5][crc>>16&0xff] ^ t[4][crc>>24&0xff] ^
-			t[3][crc>>32&0xff] ^ t[2][crc>>40&0xff] ^ t[1][crc>>48&0xff] ^ t[0][crc>>56]
-		p = p[8:]
-	}
-	for _, b := range p {
-		crc = t[0][byte(crc)^b] ^ crc>>8
-	}
-	return ^crc
+	return crc64.Update(crc, crc64.MakeTable(crc64.ECMA), p)
 }
 
 // checksum is the checksum of one entry.

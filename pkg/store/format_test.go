@@ -310,3 +310,15 @@ func TestVerifyAndRepair(t *testing.T) {
 		}
 	})
 }
+
+// The checksums stored in existing files are CRC-64/ECMA as the store has
+// always written them: the check value of CRC-64/XZ, and one entry's
+// checksum computed by the table-driven code this replaced.
+func TestChecksumFormat(t *testing.T) {
+	if got, want := crcUpdate(0, []byte("123456789")), uint64(0x995dc9bbdf1939fa); got != want {
+		t.Errorf("crcUpdate(123456789) = %#x, want %#x", got, want)
+	}
+	if got, want := checksum(tagRequests, []byte("req-1"), []byte(`{"gpu":{"amount":1}}`)), uint64(0x1f54299266c099ae); got != want {
+		t.Errorf("checksum of a record = %#x, want %#x", got, want)
+	}
+}

@@ -1,15 +1,12 @@
 package store
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/cdi-exec/plugins/pkg/dirent"
 )
 
 // The state directory and the store file are reached without following
@@ -20,11 +17,6 @@ import (
 // here instead (see dir.openFile). The checks follow sshd's StrictModes:
 // whatever decides where allocations are written must belong to the
 // effective user and be writable by nobody else.
-
-// staleAge is how old a temporary file of this package must be before a
-// later write removes it as litter of a killed process. Creating a store
-// takes milliseconds; a file this old has no live writer.
-const staleAge = 5 * time.Minute
 
 // dir is an open, checked state directory.
 type dir struct {
@@ -157,13 +149,11 @@ func checkFile(name string, st *unix.Stat_t, euid uint32) error {
 // file it got under the lock, so that what bbolt reads and locks is the
 // file that was checked; bbolt's own lock on the same open file then
 // succeeds at once. It checks what bbolt.Open will read of the file
-// (precheck) and leaves the walk of the page graph to Open when it can
-// (pending).
+// (precheck) and leaves the walk of the page graph to Open (checkMapped).
 type opener struct {
 	dir     *dir
 	base    string
 	timeout time.Duration
-	pending bool  // the page graph is still to be checked
 	size    int64 // the file's size under the lock
 }
 
@@ -217,39 +207,12 @@ func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 		return err
 	}
 	o.size = st.Size
-	var err error
-	o.pending, err = precheck(f, st.Size)
-	return err
+	return precheck(f, st.Size)
 }
 
 // lockRetry is the pause between attempts to take the file lock.
 const lockRetry = 20 * time.Millisecond
 
-// tempPrefix is the name prefix of the temporary files a store is built in.
-func tempPrefix(base string) string { return base + ".new-" }
-
-// sweep removes temporary store files that a killed process left behind:
-// ours by name, regular files of ours, and older than staleAge. It reads
-// the directory through d.fd, which is used for nothing else that depends
-// on its offset.
-func (d *dir) sweep(base string) {
-	var stale []string
-	prefix := []byte(tempPrefix(base))
-	_ = dirent.ListFD(d.fd, d.path, func(name []byte, _ uint64, _ uint8) {
-		if bytes.HasPrefix(name, prefix) {
-			stale = append(stale, string(name))
-		}
-	})
-	if len(stale) == 0 {
-		return
-	}
-	cutoff := time.Now().Add(-staleAge).Unix()
-	for _, name := range stale {
-		var st unix.Stat_t
-		if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil ||
-			st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != d.euid || st.Mtim.Sec > cutoff {
-			continue
-		}
-		_ = unix.Unlinkat(d.fd, name, 0)
-	}
-}
+// tempPattern names the temporary files a store is built in
+// (atomicfile.Options.Temp).
+func tempPattern(base string) string { return base + ".new-*" }

@@ -21,6 +21,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cdi-exec/plugins/pkg/atomicfile"
+	"github.com/cdi-exec/plugins/pkg/store/internal/record"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -44,64 +46,16 @@ var (
 	ErrNotExist = errors.New("allocation store does not exist")
 )
 
-// Device is one device held by a request.
-type Device struct {
-	Key   string   `json:"key"`   // stable identity, for example a PCI address
-	Nodes []string `json:"nodes"` // host device node paths handed out
-	NUMA  int      `json:"numa"`  // NUMA node, -1 when unknown
-}
-
-// Allocation is what one resource-spec of a request holds.
-type Allocation struct {
-	Spec    string    `json:"spec"`
-	Amount  int       `json:"amount"`
-	Devices []Device  `json:"devices"`
-	Created time.Time `json:"created"`
-	// Nodes, when set, is the node list handed out for the whole
-	// allocation, for plugins whose nodes do not belong to single devices
-	// (a delegate's answer, a shared /dev/vfio/vfio).
-	Nodes []string `json:"nodes,omitempty"`
-	// Delegate names the plugin chain-loaded for this allocation.
-	Delegate string `json:"delegate,omitempty"`
-}
-
-// HandedOut returns the node paths the allocation handed out.
-func (a *Allocation) HandedOut() []string {
-	if a.Nodes != nil {
-		return a.Nodes
-	}
-	var out []string
-	for _, d := range a.Devices {
-		out = append(out, d.Nodes...)
-	}
-	return out
-}
-
-// Record is everything one request-id holds in one plugin.
-type Record struct {
-	ID          string       `json:"id"`
-	Type        string       `json:"type"`
-	Allocations []Allocation `json:"allocations"`
-}
-
-// Find returns the allocation for spec, or nil.
-func (r *Record) Find(spec string) *Allocation {
-	for i := range r.Allocations {
-		if r.Allocations[i].Spec == spec {
-			return &r.Allocations[i]
-		}
-	}
-	return nil
-}
-
-// Devices returns every device of the record, allocation by allocation.
-func (r *Record) Devices() []Device {
-	var ds []Device
-	for _, a := range r.Allocations {
-		ds = append(ds, a.Devices...)
-	}
-	return ds
-}
+// The record types are internal/record's: a record's form is its codec's
+// concern, and the store's callers use them as the store's own.
+type (
+	// Device is one device held by a request.
+	Device = record.Device
+	// Allocation is what one resource-spec of a request holds.
+	Allocation = record.Allocation
+	// Record is everything one request-id holds in one plugin.
+	Record = record.Record
+)
 
 // Options tune Open.
 type Options struct {
@@ -133,7 +87,7 @@ func Path(stateDir, plugin string) string {
 // (ErrUnsafe). An empty file is damage (ErrCorrupt), never initialised. A
 // write open also removes stale temporary files that killed processes left
 // beside the store. The file's page graph is checked before the store is
-// returned (checkPages).
+// returned (checkMapped); a file that records no freelist is refused.
 func Open(path string, opt Options) (s *Store, err error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 10 * time.Second
@@ -151,7 +105,7 @@ func Open(path string, opt Options) (s *Store, err error) {
 	case !exists && (opt.ReadOnly || opt.Existing):
 		return nil, fmt.Errorf("%s: %w", path, ErrNotExist)
 	case !opt.ReadOnly:
-		d.sweep(base)
+		atomicfile.SweepAt(d.fd, d.path, tempPattern(base))
 		if !exists {
 			if err := d.create(base); err != nil {
 				return nil, fmt.Errorf("creating %s: %w", path, err)
@@ -170,11 +124,9 @@ func Open(path string, opt Options) (s *Store, err error) {
 	if err != nil {
 		return nil, openError(path, opt, err)
 	}
-	if o.pending {
-		if err := checkMapped(db, o.size); err != nil {
-			db.Close()
-			return nil, err
-		}
+	if err := checkMapped(db, o.size); err != nil {
+		db.Close()
+		return nil, err
 	}
 	return &Store{db: db, path: path}, nil
 }
@@ -240,35 +192,27 @@ func Probe(path string) (bool, error) {
 // corrupt. The link never replaces anything: if another process linked its
 // store first, that one is used.
 func (d *dir) create(base string) error {
-	tmp := fmt.Sprintf("%s%d-%d", tempPrefix(base), os.Getpid(), time.Now().UnixNano())
-	fd, err := unix.Openat(d.fd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return &os.PathError{Op: "create", Path: filepath.Join(d.path, tmp), Err: err}
-	}
-	defer unix.Unlinkat(d.fd, tmp, 0)
-	name := filepath.Join(d.path, tmp)
-	db, err := bolt.Open(name, 0o600, &bolt.Options{
-		Timeout:      time.Second,
-		FreelistType: bolt.FreelistMapType,
-		OpenFile: func(string, int, os.FileMode) (*os.File, error) {
-			return os.NewFile(uintptr(fd), name), nil
-		},
+	return atomicfile.Write(d.path, base, atomicfile.Options{Temp: tempPattern(base), Perm: 0o600, NoClobber: true}, func(f *os.File) error {
+		db, err := bolt.Open(f.Name(), 0o600, &bolt.Options{
+			Timeout:      time.Second,
+			FreelistType: bolt.FreelistMapType,
+			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+				fd, err := unix.Open(name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm))
+				if err != nil {
+					return nil, &os.PathError{Op: "open", Path: name, Err: err}
+				}
+				return os.NewFile(uintptr(fd), name), nil // no poller, as in opener.open
+			},
+		})
+		if err != nil {
+			return err
+		}
+		err = db.Update(initialise)
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		return err
 	})
-	if err != nil {
-		return err
-	}
-	err = db.Update(initialise)
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	err = unix.Linkat(d.fd, tmp, d.fd, base, 0)
-	if err != nil && err != unix.EEXIST {
-		return &os.PathError{Op: "link", Path: filepath.Join(d.path, base), Err: err}
-	}
-	return unix.Fsync(d.fd)
 }
 
 // isFormatError reports errors bbolt returns for files that are not a
@@ -373,7 +317,7 @@ func (t *Tx) Get(id string) (*Record, error) {
 // decode parses the record stored under id.
 func decode(id string, p []byte) (*Record, error) {
 	var r Record
-	if err := unmarshalRecord(p, &r); err != nil {
+	if err := record.Unmarshal(p, &r); err != nil {
 		return nil, fmt.Errorf("%w: record %q: %v", ErrCorrupt, id, err)
 	}
 	if r.ID != id {
@@ -400,7 +344,7 @@ func (t *Tx) Put(r *Record) error {
 			return err
 		}
 	}
-	v, err := marshalRecord(r)
+	v, err := record.Marshal(r)
 	if err != nil {
 		return err
 	}

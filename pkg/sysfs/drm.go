@@ -146,39 +146,23 @@ func (h *Host) minorDevice(cfd int, class, name string) (string, error) {
 
 // deviceOf resolves a class link of the kernel's shape,
 // "../../devices/<path>/drm/<minor>" relative to the class directory,
-// lexically: one string for the device directory, no path cleaning. It
-// reports false for any other shape, which the caller resolves the slow
-// way.
+// lexically, without a syscall. It accepts only a clean relative link
+// whose minor sits in a "drm" directory and whose device directory lies
+// under the devices directory of the sysfs tree the class directory
+// belongs to; the caller resolves any other link the slow way.
 func deviceOf(class, target string) (string, bool) {
-	i := strings.LastIndexByte(target, '/')
-	if i < 0 || target[i+1:] == "" || target[i+1:] == "." || target[i+1:] == ".." {
+	if filepath.IsAbs(target) || filepath.Clean(target) != target {
 		return "", false
 	}
-	dir, ok := strings.CutSuffix(target[:i], "/drm")
-	if !ok {
+	parent := filepath.Dir(filepath.Join(class, target))
+	if filepath.Base(parent) != "drm" {
 		return "", false
 	}
-	base := class
-	for {
-		rest, up := strings.CutPrefix(dir, "../")
-		if !up {
-			break
-		}
-		j := strings.LastIndexByte(base, '/')
-		if j <= 0 {
-			return "", false
-		}
-		base, dir = base[:j], rest
-	}
-	if dir == "" || dir[0] == '/' || dir == "." || dir == ".." || strings.HasPrefix(dir, "./") || strings.HasPrefix(dir, "../") ||
-		strings.Contains(dir, "//") || strings.Contains(dir, "/./") || strings.Contains(dir, "/../") ||
-		strings.HasSuffix(dir, "/") || strings.HasSuffix(dir, "/.") || strings.HasSuffix(dir, "/..") {
+	dir := filepath.Dir(parent)
+	if devices := filepath.Dir(filepath.Dir(class)) + "/devices/"; !strings.HasPrefix(dir, devices) {
 		return "", false
 	}
-	if strings.HasSuffix(base, "/") {
-		return base + dir, true
-	}
-	return base + "/" + dir, true
+	return dir, true
 }
 
 // DRMMinorDevice returns the host path of the device directory that the

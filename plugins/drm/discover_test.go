@@ -134,7 +134,7 @@ func TestInventoryNodes(t *testing.T) {
 	byKey := map[string]gpu{}
 	for _, g := range judge(facts, p.filter) {
 		if g.Reason == "" {
-			g.Device.Resolve = p.resolver(g)
+			g.Device.Live = p.live(g)
 		}
 		byKey[g.Device.Key] = g
 	}
@@ -156,7 +156,7 @@ func TestInventoryNodes(t *testing.T) {
 			t.Errorf("%s: nodes %v, want %v", tt.key, g.Device.Nodes, tt.nodes)
 		}
 		if tt.resolved == nil {
-			if g.Device.Resolve != nil {
+			if g.Device.Live != nil {
 				t.Errorf("%s: unusable device resolves", tt.key)
 			}
 			var minors []string
@@ -169,7 +169,7 @@ func TestInventoryNodes(t *testing.T) {
 			}
 			continue
 		}
-		if got, err := g.Device.Resolve(); err != nil || !slices.Equal(got, tt.resolved) {
+		if got, err := g.Device.Live.Resolve(); err != nil || !slices.Equal(got, tt.resolved) {
 			t.Errorf("%s: resolved %v, %v, want %v", tt.key, got, err, tt.resolved)
 		}
 	}
@@ -398,7 +398,7 @@ func FuzzFacts(f *testing.F) {
 func TestPluginDiscover(t *testing.T) {
 	h := buildHost(t, testHost)
 	p := makePlugin(h.Root, t.TempDir(), filterOf(t, `{}`))
-	devs, err := p.discover(t.Context(), nil, pool.Scan{})
+	devs, err := p.Discover(t.Context(), nil, pool.Scan{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +410,7 @@ func TestPluginDiscover(t *testing.T) {
 	if want := []string{"0000:03:00.0", "0000:04:00.0"}; !slices.Equal(keys, want) { // not the display-only platformKey
 		t.Errorf("discover = %v, want %v", keys, want)
 	}
-	infos, err := p.inventory(t.Context(), nil)
+	infos, err := p.Inventory(t.Context(), nil)
 	if err != nil || len(infos) != 6 {
 		t.Fatalf("inventory = %d devices, %v", len(infos), err)
 	}
@@ -432,7 +432,7 @@ func TestCapacityFromHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := makePlugin(h.Root, t.TempDir(), filterOf(t, `{}`))
-	if n, err := p.capacity(t.Context(), nil); err != nil || n != 2 {
+	if n, err := p.Capacity(t.Context(), nil); err != nil || n != 2 {
 		t.Fatalf("INFO on a miss = %d %v", n, err)
 	}
 	good, err := os.ReadFile(p.cache.Path())
@@ -444,14 +444,14 @@ func TestCapacityFromHead(t *testing.T) {
 	if err := os.WriteFile(p.cache.Path(), bad, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := p.capacity(t.Context(), nil); err != nil || n != 2 {
+	if n, err := p.Capacity(t.Context(), nil); err != nil || n != 2 {
 		t.Fatalf("INFO from the head = %d %v", n, err)
 	}
 	if now, _ := os.ReadFile(p.cache.Path()); !bytes.Equal(now, bad) {
 		t.Fatal("INFO without filters read past the head")
 	}
 	p.filter = filterOf(t, `{"vendorid_whitelist":["0x10de"]}`)
-	if n, err := p.capacity(t.Context(), nil); err != nil || n != 1 {
+	if n, err := p.Capacity(t.Context(), nil); err != nil || n != 1 {
 		t.Fatalf("INFO with a whitelist = %d %v", n, err)
 	}
 	if now, _ := os.ReadFile(p.cache.Path()); bytes.Equal(now, bad) {

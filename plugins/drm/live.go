@@ -89,41 +89,50 @@ func (p *plugin) scan(st *cache.Stamp, full bool) ([]fact, []byte, error) {
 	return facts, enc, nil
 }
 
-// resolver returns the live check of a device about to be handed out:
+// liveGPU is the live check of a device about to be handed out:
 // each of its nodes' class entry still leads to the device directory the
 // facts name, and the node in /dev is the character device sysfs
 // describes (under uevent's DEVNAME when it has one). It returns the
 // nodes to hand out: the DRM nodes in want_device_nodes order, then, with
 // companion_nodes "auto", the vendor's nodes (companion.go), the GPU's
 // own before the shared ones.
-func (p *plugin) resolver(g gpu) func() ([]string, error) {
-	h, ft, sys, minors := &p.host, g.fact, g.fact.sys, g.minors
-	return func() ([]string, error) {
-		dir := h.Path(sys)
-		var nodes []string
-		for _, kind := range p.filter.want {
-			k := kindOf(kind)
-			for _, m := range minors {
-				if m.kind != k || !m.inDev {
-					continue
-				}
-				node, err := liveNode(h, dir, m.name())
-				if err != nil {
-					return nil, err
-				}
-				nodes = append(nodes, node)
-				break
+// live is g's live check.
+func (p *plugin) live(g gpu) *liveGPU { return &liveGPU{p: p, ft: g.fact, minors: g.minors} }
+
+type liveGPU struct {
+	p      *plugin
+	ft     *fact
+	minors []minor // the device's minors of the wanted kinds
+}
+
+// Resolve implements pool.Resolver.
+func (g *liveGPU) Resolve() ([]string, error) {
+	p := g.p
+	h := &p.host
+	dir := h.Path(g.ft.sys)
+	var nodes []string
+	for _, kind := range p.filter.want {
+		k := kindOf(kind)
+		for _, m := range g.minors {
+			if m.kind != k || !m.inDev {
+				continue
 			}
+			node, err := liveNode(h, dir, m.name())
+			if err != nil {
+				return nil, err
+			}
+			nodes = append(nodes, node)
+			break
 		}
-		if !p.filter.companions {
-			return nodes, nil
-		}
-		more, err := p.companions.of(ft)
-		if err != nil {
-			return nil, err
-		}
-		return append(nodes, more...), nil
 	}
+	if !p.filter.companions {
+		return nodes, nil
+	}
+	more, err := p.companions.of(g.ft)
+	if err != nil {
+		return nil, err
+	}
+	return append(nodes, more...), nil
 }
 
 // liveNode checks one minor of the device directory dir.

@@ -54,8 +54,8 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := makePlugin(c.Env.HostRoot, c.Env.StateDir, f)
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Shared: sharedNodes, Discover: p.discover, Capacity: p.capacity,
-		Inventory: p.inventory, Place: p.place}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Shared: sharedNodes,
+		Discoverer: p, Counter: p, Lister: p, Placer: p}
 	return p, nil
 }
 
@@ -117,9 +117,9 @@ type plugin struct {
 	companions companions
 }
 
-// discover returns the usable devices, from the cache when it is fresh.
-// Each carries a Resolve that checks it live before it is handed out.
-func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
+// Discover returns the usable devices, from the cache when it is fresh.
+// Each carries a live check (liveGPU) for when it is handed out.
+func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	facts, err := p.facts(true, scan.Rescan)
 	if err != nil {
 		return nil, err
@@ -137,16 +137,16 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 			continue
 		}
 		g.Device.Nodes = p.filter.nodes(g.minors)
-		g.Device.Resolve = p.resolver(g)
+		g.Device.Live = p.live(g)
 		g.Device.Dir = p.host.Path(ft.sys)
 		out = append(out, g.Device)
 	}
 	return out, nil
 }
 
-// capacity answers INFO: the usable devices. A config that filters by
+// Capacity answers INFO: the usable devices. A config that filters by
 // node kind only reads them off the cache's tally; others count the facts.
-func (p *plugin) capacity(context.Context, *skel.Call) (int, error) {
+func (p *plugin) Capacity(context.Context, *skel.Call) (int, error) {
 	if p.filter.kindsOnly() {
 		t, err := p.tally()
 		return t.usable(p.filter.mask()), err
@@ -166,7 +166,7 @@ func (p *plugin) capacity(context.Context, *skel.Call) (int, error) {
 	return n, err
 }
 
-func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	facts, err := p.facts(true, false)
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		var nodes []string
 		if g.Reason == "" {
 			var err error
-			if nodes, err = p.resolver(g)(); err != nil {
+			if nodes, err = p.live(g).Resolve(); err != nil {
 				g.Reason = err.Error() // ADD would not hand it out
 			}
 		}
@@ -247,8 +247,8 @@ func noDRM(flags uint8) string {
 	return "no DRM device: its driver made no DRM nodes"
 }
 
-// place is where a GPU sits: its NUMA node, from the facts, and its PCIe
+// Place is where a GPU sits: its NUMA node, from the facts, and its PCIe
 // chain, parsed from the device directory the facts name.
-func (p *plugin) place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
+func (p *plugin) Place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
 	return d.NUMA, sysfs.ParsePCIe(p.host.SysPath(d.Dir)).Chain()
 }

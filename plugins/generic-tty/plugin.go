@@ -62,7 +62,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if prefix == "tty" {
 		p.firstIdx = a.NumSystemReserved + 1 // tty0 is never handed out
 	}
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discover: p.discover, Inventory: p.inventory, Place: p.place}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discoverer: p, Lister: p, Placer: p}
 	return p, nil
 }
 
@@ -78,9 +78,9 @@ func validPrefix(s string) bool {
 	return true
 }
 
-// discover lists the usable ttys: in the family, not reserved, with a node
+// Discover lists the usable ttys: in the family, not reserved, with a node
 // under /dev.
-func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
+func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no tty class at all: nothing to hand out
@@ -98,17 +98,14 @@ func (p *plugin) discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 		}
 		devs = append(devs, pool.Device{
 			Key: t.Name, Index: t.Index, NUMA: alloc.Unknown, Nodes: []string{"/dev/" + t.Name},
-			Resolve: func() ([]string, error) {
-				n, err := p.host.TTYNode(t)
-				return []string{n}, err
-			},
+			Live: liveTTY{p.host, t},
 		})
 	}
 	return devs, nil
 }
 
-// inventory lists every tty of the family and why it is not handed out.
-func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+// Inventory lists every tty of the family and why it is not handed out.
+func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	ttys, err := p.host.TTYs(p.prefix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -143,8 +140,21 @@ func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 	return out, nil
 }
 
-// place is where a tty sits, for the choice.
-func (p *plugin) place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
+// liveTTY is the live check of a tty about to be handed out: its node in
+// /dev is the character device sysfs describes.
+type liveTTY struct {
+	host *sysfs.Host
+	tty  sysfs.TTY
+}
+
+// Resolve implements pool.Resolver.
+func (l liveTTY) Resolve() ([]string, error) {
+	n, err := l.host.TTYNode(l.tty)
+	return []string{n}, err
+}
+
+// Place is where a tty sits, for the choice.
+func (p *plugin) Place(_ context.Context, _ *skel.Call, d pool.Device) (int, []string) {
 	numa, pcie := p.locate(d.Key)
 	return numa, pcie.Chain()
 }

@@ -17,9 +17,9 @@ import (
 	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
-// handout binds the chosen VFs to vf_driver when configured, then gets
+// Handout binds the chosen VFs to vf_driver when configured, then gets
 // their nodes from the delegate, or their VFIO groups.
-func (p *plugin) handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []pool.Device) (pool.Handout, error) {
+func (p *plugin) Handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []pool.Device) (pool.Handout, error) {
 	addrs := make([]string, len(chosen))
 	for i, d := range chosen {
 		addrs[i] = d.Key
@@ -177,8 +177,8 @@ func (p *plugin) delegateDel(ctx context.Context, c *skel.Call, plugin, id strin
 	return nil
 }
 
-// teardown sends DEL to the delegates of a record before it is deleted.
-func (p *plugin) teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
+// Teardown sends DEL to the delegates of a record before it is deleted.
+func (p *plugin) Teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
 	var errs []error
 	for _, a := range rec.Allocations {
 		if a.Delegate == "" {

@@ -76,9 +76,9 @@ func (p *plugin) groupNode(group string) string {
 	return ""
 }
 
-// inventory answers DEVICES: every VF of the selected PFs with whether it
+// Inventory answers DEVICES: every VF of the selected PFs with whether it
 // can be handed out and why not, and each PF that has no VFs yet.
-func (p *plugin) inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, err

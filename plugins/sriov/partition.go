@@ -96,9 +96,10 @@ func plan(current, total, want int, busy bool) ([]int, error) {
 	return []int{0, want}, nil
 }
 
-// prepare runs inside ADD's store transaction: it makes sure each selected
+// Discover runs only in ADD (Info is the plugin's own), inside its store
+// transaction, under the store's lock: it makes sure each selected
 // PF has its VFs and returns the VFs that can be handed out as candidates.
-func (p *plugin) prepare(ctx context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
+func (p *plugin) Discover(ctx context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)

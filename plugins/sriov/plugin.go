@@ -96,7 +96,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Prepare: p.prepare, Handout: p.handout, Teardown: p.teardown, Inventory: p.inventory}
+	p.Pool = pool.Pool{Name: name, Spec: spec, Strict: strict, Discoverer: p, Setup: p, Lister: p}
 	return p, nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cdi-exec/plugins/pkg/atomicfile"
 	"github.com/cdi-exec/plugins/pkg/kubelet/flock"
 )
 
@@ -156,42 +157,9 @@ func (f *File) write(claims Claims) error {
 	if err != nil {
 		return fmt.Errorf("claim state: %w", err)
 	}
-	if err := writeAtomic(f.path, append(data, '\n')); err != nil {
+	dir, name := filepath.Dir(f.path), filepath.Base(f.path)
+	if err := atomicfile.WriteBytes(dir, name, atomicfile.Options{Temp: "." + name + ".*", Perm: 0o600}, append(data, '\n')); err != nil {
 		return fmt.Errorf("claim state: %w", err)
 	}
 	return nil
-}
-
-// writeAtomic writes data to a temporary file beside path, syncs it,
-// renames it over path and syncs the directory.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
 }

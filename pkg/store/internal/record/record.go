@@ -1,24 +1,86 @@
-package store
+// Package record is the form of a store record: the record types, and
+// their JSON codec, written and read by hand (see Marshal).
+package record
 
 import (
 	"encoding/json"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
+// Device is one device held by a request.
+type Device struct {
+	Key   string   `json:"key"`   // stable identity, for example a PCI address
+	Nodes []string `json:"nodes"` // host device node paths handed out
+	NUMA  int      `json:"numa"`  // NUMA node, -1 when unknown
+}
+
+// Allocation is what one resource-spec of a request holds.
+type Allocation struct {
+	Spec    string    `json:"spec"`
+	Amount  int       `json:"amount"`
+	Devices []Device  `json:"devices"`
+	Created time.Time `json:"created"`
+	// Nodes, when set, is the node list handed out for the whole
+	// allocation, for plugins whose nodes do not belong to single devices
+	// (a delegate's answer, a shared /dev/vfio/vfio).
+	Nodes []string `json:"nodes,omitempty"`
+	// Delegate names the plugin chain-loaded for this allocation.
+	Delegate string `json:"delegate,omitempty"`
+}
+
+// HandedOut returns the node paths the allocation handed out.
+func (a *Allocation) HandedOut() []string {
+	if a.Nodes != nil {
+		return a.Nodes
+	}
+	var out []string
+	for _, d := range a.Devices {
+		out = append(out, d.Nodes...)
+	}
+	return out
+}
+
+// Record is everything one request-id holds in one plugin.
+type Record struct {
+	ID          string       `json:"id"`
+	Type        string       `json:"type"`
+	Allocations []Allocation `json:"allocations"`
+}
+
+// Find returns the allocation for spec, or nil.
+func (r *Record) Find(spec string) *Allocation {
+	for i := range r.Allocations {
+		if r.Allocations[i].Spec == spec {
+			return &r.Allocations[i]
+		}
+	}
+	return nil
+}
+
+// Devices returns every device of the record, allocation by allocation.
+func (r *Record) Devices() []Device {
+	var ds []Device
+	for _, a := range r.Allocations {
+		ds = append(ds, a.Devices...)
+	}
+	return ds
+}
+
 // A record is kept as the JSON that encoding/json makes of it. Records are
 // written and read by hand here, because the first use of encoding/json in
 // a process costs more (reflection over the types, about 0.1 ms) than the
-// whole transaction around it: marshalRecord writes exactly the bytes
-// json.Marshal writes, and unmarshalRecord reads exactly that form
+// whole transaction around it: Marshal writes exactly the bytes
+// json.Marshal writes, and Unmarshal reads exactly that form
 // directly, leaving anything else (escaped strings, other spacing or
 // order, records written by older versions) to json.Unmarshal. Both are
 // fuzzed against encoding/json (record_test.go).
 
-// marshalRecord is json.Marshal(r).
-func marshalRecord(r *Record) ([]byte, error) {
+// Marshal is json.Marshal(r).
+func Marshal(r *Record) ([]byte, error) {
 	for _, a := range r.Allocations {
 		if _, err := a.Created.MarshalJSON(); err != nil {
 			return json.Marshal(r) // for encoding/json's own error
@@ -49,7 +111,7 @@ func appendAllocation(b []byte, a Allocation) []byte {
 		b = strconv.AppendInt(b, int64(d.NUMA), 10)
 		return append(b, '}')
 	})
-	created, _ := a.Created.MarshalJSON() // checked by marshalRecord
+	created, _ := a.Created.MarshalJSON() // checked by Marshal
 	b = append(b, `,"created":`...)
 	b = append(b, created...)
 	if len(a.Nodes) > 0 {
@@ -78,8 +140,8 @@ func appendList[T any](b []byte, list []T, elem func([]byte, T) []byte) []byte {
 	return append(b, ']')
 }
 
-// unmarshalRecord is json.Unmarshal(b, r) for a fresh r.
-func unmarshalRecord(b []byte, r *Record) error {
+// Unmarshal is json.Unmarshal(b, r) for a fresh r.
+func Unmarshal(b []byte, r *Record) error {
 	p := parser{b: b}
 	if p.record(r) && p.ok && len(p.b) == 0 {
 		return nil
@@ -88,7 +150,7 @@ func unmarshalRecord(b []byte, r *Record) error {
 	return json.Unmarshal(b, r)
 }
 
-// parser reads the exact form marshalRecord writes; ok turns false at the
+// parser reads the exact form Marshal writes; ok turns false at the
 // first byte it does not expect.
 type parser struct {
 	b  []byte

@@ -1,10 +1,8 @@
-package store
+package record
 
 import (
 	"bytes"
 	"encoding/json"
-	"hash/crc64"
-	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -33,10 +31,10 @@ func TestRecordCodec(t *testing.T) {
 
 func checkRecord(t *testing.T, r *Record) {
 	t.Helper()
-	got, err := marshalRecord(r)
+	got, err := Marshal(r)
 	want, werr := json.Marshal(r)
 	if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
-		t.Fatalf("marshalRecord(%+v) =\n%s %v\nwant\n%s %v", r, got, err, want, werr)
+		t.Fatalf("Marshal(%+v) =\n%s %v\nwant\n%s %v", r, got, err, want, werr)
 	}
 	if err != nil {
 		return
@@ -44,14 +42,14 @@ func checkRecord(t *testing.T, r *Record) {
 	checkDecode(t, want)
 }
 
-// checkDecode: unmarshalRecord agrees with json.Unmarshal, error or not.
+// checkDecode: Unmarshal agrees with json.Unmarshal, error or not.
 func checkDecode(t *testing.T, b []byte) {
 	t.Helper()
 	var fast, slow Record
-	err := unmarshalRecord(b, &fast)
+	err := Unmarshal(b, &fast)
 	werr := json.Unmarshal(b, &slow)
 	if (err == nil) != (werr == nil) || err == nil && !reflect.DeepEqual(fast, slow) {
-		t.Fatalf("unmarshalRecord(%q) = %+v %v, want %+v %v", b, fast, err, slow, werr)
+		t.Fatalf("Unmarshal(%q) = %+v %v, want %+v %v", b, fast, err, slow, werr)
 	}
 }
 
@@ -73,40 +71,5 @@ func FuzzRecordCodec(f *testing.F) {
 			Devices: []Device{{Key: node, Nodes: nodes, NUMA: n}}, Nodes: nodes, Delegate: node}}}
 		checkRecord(t, r)
 		checkDecode(t, raw)
-	})
-}
-
-// TestCRC compares crcUpdate with crc64's CRC-64/ECMA on inputs of every
-// length up to 80 and random bytes, enough to read every entry of every
-// slicing table (crctable.go) many times over, in one piece and in two.
-func TestCRC(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	table := crc64.MakeTable(crc64.ECMA)
-	for i := range 20000 {
-		b := make([]byte, i%81)
-		for j := range b {
-			b[j] = byte(rng.Uint32())
-		}
-		cut := rng.IntN(len(b) + 1)
-		if got, want := crcUpdate(crcUpdate(0, b[:cut]), b[cut:]), crc64.Checksum(b, table); got != want {
-			t.Fatalf("crcUpdate(%x) cut at %d = %#x, want %#x", b, cut, got, want)
-		}
-	}
-}
-
-// FuzzCRC: the CRC is crc64's CRC-64/ECMA, in one piece or in two.
-func FuzzCRC(f *testing.F) {
-	f.Add([]byte("123456789"), 3)
-	f.Add([]byte{}, 0)
-	f.Add([]byte("a record of more than sixteen bytes, read eight at a time"), 11)
-	f.Fuzz(func(t *testing.T, b []byte, cut int) {
-		table := crc64.MakeTable(crc64.ECMA)
-		if got, want := crcUpdate(0, b), crc64.Checksum(b, table); got != want {
-			t.Fatalf("crcUpdate(%q) = %#x, want %#x", b, got, want)
-		}
-		cut = int(uint(cut) % uint(len(b)+1)) // every input splits somewhere
-		if got, want := crcUpdate(crcUpdate(0, b[:cut]), b[cut:]), crc64.Update(crc64.Update(0, table, b[:cut]), table, b[cut:]); got != want {
-			t.Fatalf("in two pieces: %#x, want %#x", got, want)
-		}
 	})
 }
