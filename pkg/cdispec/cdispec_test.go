@@ -53,7 +53,7 @@ func TestDeviceName(t *testing.T) {
 func TestWriteRemove(t *testing.T) {
 	c := &Config{Kind: "example.com/gpu", Dir: filepath.Join(t.TempDir(), "cdi")}
 	o := Owner{Plugin: "drm", Store: "00ff"}
-	if err := c.Write(o, "r1", []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}); err != nil {
+	if err := c.Write(o, "r1", []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if filepath.Base(c.Path(o, "r1")) != "example.com-gpu_r1_drm-00ff.json" {
@@ -96,7 +96,7 @@ func TestOwnership(t *testing.T) {
 		o  Owner
 		id string
 	}{{a, "r1"}, {b, "r2"}, {a, "r1"}} { // the last is a rewrite
-		if err := c.Write(w.o, w.id, nodes); err != nil {
+		if err := c.Write(w.o, w.id, nodes, nil); err != nil {
 			t.Fatalf("%v writes %s: %v", w.o, w.id, err)
 		}
 	}
@@ -113,7 +113,7 @@ func TestOwnership(t *testing.T) {
 		o  Owner
 		id string
 	}{{b, "r1"}, {a, "r2"}, {a, "old"}} {
-		if err := c.Write(tt.o, tt.id, nodes); !errors.Is(err, ErrForeign) {
+		if err := c.Write(tt.o, tt.id, nodes, nil); !errors.Is(err, ErrForeign) {
 			t.Errorf("%v writes %s over another's device name: %v", tt.o, tt.id, err)
 		}
 		if err := c.Remove(tt.o, tt.id); err != nil {
@@ -129,7 +129,7 @@ func TestOwnership(t *testing.T) {
 		t.Errorf("a refused write left its file: %v", err)
 	}
 	for _, bad := range []Owner{{}, {Plugin: "drm"}, {Plugin: "drm", Store: "XYZ"}, {Plugin: "a_b", Store: "aa"}, {Plugin: "../x", Store: "aa"}} {
-		if err := c.Write(bad, "r9", nodes); err == nil {
+		if err := c.Write(bad, "r9", nodes, nil); err == nil {
 			t.Errorf("owner %+v accepted", bad)
 		}
 	}

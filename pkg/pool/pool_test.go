@@ -611,8 +611,18 @@ func TestPublish(t *testing.T) {
 	if err != nil || !slices.Equal(res.CDIDevices, []string{"example.com/gpu=a"}) {
 		t.Fatalf("ADD = %+v, %v", res, err)
 	}
-	if got := e.specNodes("a"); !slices.Equal(got, []string{"/dev/g0", "/dev/g1"}) {
+	// The request's own device, then one per device (KeyDeviceName).
+	if got := e.specNodes("a"); !slices.Equal(got, []string{"/dev/g0", "/dev/g1", "/dev/g0", "/dev/g1"}) {
 		t.Errorf("spec of a lists %v", got)
+	}
+	t.Logf("cdiKeyDevices %v", res.CDIKeyDevices)
+	if len(res.CDIKeyDevices) != 2 {
+		t.Errorf("ADD names the devices' own CDI devices %v", res.CDIKeyDevices)
+	}
+	for k, name := range res.CDIKeyDevices {
+		if name != "example.com/gpu=a_"+k {
+			t.Errorf("device %s's own CDI device is %q", k, name)
+		}
 	}
 
 	// A replay rewrites a spec that is missing (a crash after the commit).
@@ -623,11 +633,11 @@ func TestPublish(t *testing.T) {
 
 	// An orphan (a crash after a DEL's commit) goes at the next ADD;
 	// another store's file of the same kind stays.
-	if err := e.pool.Spec.Write(e.owner(), "ghost", nil); err != nil {
+	if err := e.pool.Spec.Write(e.owner(), "ghost", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	other := cdispec.Owner{Plugin: "fake", Store: "0123"}
-	if err := e.pool.Spec.Write(other, "elsewhere", nil); err != nil {
+	if err := e.pool.Spec.Write(other, "elsewhere", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.add("b", "gpu:1"); err != nil {

@@ -11,7 +11,8 @@ import (
 )
 
 // publish writes the request's CDI spec with every node the request-id
-// holds in this plugin. The record is committed first: a crash in between
+// holds in this plugin, and an entry of its own for each device (see
+// specDevices). The record is committed first: a crash in between
 // leaves a record without a spec, which the next ADD replay rewrites, never
 // a spec claiming free devices. If the spec cannot be written, the
 // allocations this call made are taken back and their setup undone.
@@ -24,7 +25,7 @@ func (a *adder) publish(ctx context.Context, st *store.Store) error {
 		}
 	}
 	owner := a.pool.owner(st)
-	err := spec.Write(owner, c.RequestID, nodes)
+	err := spec.Write(owner, c.RequestID, nodes, specDevices(c.Env.HostRoot, a.rec.Allocations))
 	if err == nil {
 		a.pool.removeOrphans(st, c)
 		return nil
@@ -42,6 +43,28 @@ func (a *adder) publish(ctx context.Context, st *store.Store) error {
 		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", spec.Path(owner, c.RequestID), err, rollback)
 	}
 	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", spec.Path(owner, c.RequestID), err)
+}
+
+// specDevices are the devices of a request's allocations with the nodes
+// of each one's own spec entry: its nodes, or, in an allocation whose
+// nodes do not belong to single devices (Allocation.Nodes), all of that
+// allocation's nodes.
+func specDevices(root string, allocs []store.Allocation) []cdispec.Device {
+	var out []cdispec.Device
+	for _, al := range allocs {
+		for _, d := range al.Devices {
+			paths := d.Nodes
+			if al.Nodes != nil {
+				paths = al.Nodes
+			}
+			dev := cdispec.Device{Key: d.Key}
+			for _, path := range paths {
+				dev.Nodes = append(dev.Nodes, cdispec.Stat(root, path))
+			}
+			out = append(out, dev)
+		}
+	}
+	return out
 }
 
 // fresh reports whether this ADD made al (rather than replayed it).

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -66,7 +67,13 @@ type Options struct {
 	Poll          time.Duration // how often DEVICES is asked
 	StaleInterval time.Duration // how often prepared claims are checked
 	StaleGrace    time.Duration // how long a claim must be gone before it is freed
-	Log           *slog.Logger
+	// TaintEffect is the effect of the taint an unusable device gets:
+	// NoSchedule (the default) or NoExecute.
+	TaintEffect resourceapi.DeviceTaintEffect
+	// HostRoot is the plugins' host root (CDI_HOST_ROOT), where the
+	// device numbers of admin-access specs are read.
+	HostRoot string
+	Log      *slog.Logger
 }
 
 // Plugin is the set of drivers of one node.
@@ -83,6 +90,12 @@ var errFatal = errors.New("DRA driver failed")
 func New(opt Options) (*Plugin, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.TaintEffect == "" {
+		opt.TaintEffect = resourceapi.DeviceTaintEffectNoSchedule
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = DefaultPoll
 	}
 	byType, probs, err := bridge.Configs(opt.ConfDir, opt.Types, opt.Suffix, opt.CDISpecDir)
 	for _, p := range probs {
