@@ -556,17 +556,18 @@ func (f *features) health(ctx context.Context, t *testing.T, key, want string) {
 		if err := f.c.Get(ctx, "/api/v1/namespaces/default/pods/patient", &p); err != nil {
 			return err
 		}
-		for _, cs := range p.Status.ContainerStatuses {
-			for _, ar := range cs.AllocatedResourcesStatus {
-				for _, r := range ar.Resources {
-					if strings.HasSuffix(string(r.ResourceID), "/"+key) && string(r.Health) == want {
-						return nil
-					}
+		if len(p.Status.ContainerStatuses) != 1 {
+			return fmt.Errorf("container statuses %+v", p.Status.ContainerStatuses)
+		}
+		cs := p.Status.ContainerStatuses[0]
+		for _, ar := range cs.AllocatedResourcesStatus {
+			for _, r := range ar.Resources {
+				if strings.HasSuffix(string(r.ResourceID), "/"+key) && string(r.Health) == want {
+					return nil
 				}
 			}
-			return fmt.Errorf("allocatedResourcesStatus %+v", cs.AllocatedResourcesStatus)
 		}
-		return fmt.Errorf("no container status")
+		return fmt.Errorf("allocatedResourcesStatus %+v", cs.AllocatedResourcesStatus)
 	}, f.c.Kubelet)
 	if err != nil {
 		t.Fatal(err)
