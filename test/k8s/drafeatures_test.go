@@ -85,16 +85,22 @@ type features struct {
 	free []string // the ttys the slice lists, sorted
 }
 
-// ctx is a scenario's deadline.
+// ctx is a scenario's deadline. When the scenario ends, after the
+// deletions of what it applied (yaml), it waits until the plugins hold
+// nothing and every spec file is gone.
 func (f *features) ctx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	t.Cleanup(cancel)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		f.waitFreed(ctx, t, nil)
+	})
 	return ctx
 }
 
-// yaml applies manifests given as YAML and, when the scenario ends,
-// deletes what they made and waits until the plugins hold nothing and
-// every spec file is gone.
+// yaml applies manifests given as YAML and deletes what they made when
+// the scenario ends.
 func (f *features) yaml(ctx context.Context, t *testing.T, doc string) {
 	t.Helper()
 	file := filepath.Join(f.c.Dir, fmt.Sprintf("apply-%d.yaml", time.Now().UnixNano()))
@@ -109,10 +115,9 @@ func (f *features) yaml(ctx context.Context, t *testing.T, doc string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if _, err := f.c.Kubectl(ctx, "delete", "-f", file, "--grace-period=0", "--wait=true", "--timeout=2m"); err != nil {
+		if _, err := f.c.Kubectl(ctx, "delete", "-f", file, "--ignore-not-found", "--grace-period=0", "--wait=true", "--timeout=2m"); err != nil {
 			t.Error(err)
 		}
-		f.waitFreed(ctx, t, nil)
 	})
 }
 
@@ -562,7 +567,8 @@ func (f *features) health(ctx context.Context, t *testing.T, key, want string) {
 		cs := p.Status.ContainerStatuses[0]
 		for _, ar := range cs.AllocatedResourcesStatus {
 			for _, r := range ar.Resources {
-				if strings.HasSuffix(string(r.ResourceID), "/"+key) && string(r.Health) == want {
+				// The kubelet names a device by its CDI id, <kind>=<claim UID>_<key>.
+				if strings.HasSuffix(string(r.ResourceID), "_"+key) && string(r.Health) == want {
 					return nil
 				}
 			}
