@@ -446,13 +446,23 @@ config:
 func (f *features) taint(t *testing.T) {
 	ctx := f.ctx(t)
 	key := f.free[1]
-	f.yaml(ctx, t, claimYAML("default", "sick", fmt.Sprintf(`
-requests:
-- name: r
-  exactly:
-    deviceClassName: tty.cdi-exec.io
-    selectors: [{cel: {expression: '%s'}}]`, keyIs(key)))+
-		pod("default", "patient", []string{"name: t\n    resourceClaimName: sick"}, map[string]string{"c": "claims: [{name: t}]"}))
+	// A claim from a template: the 1.35 kubelet reports the health of
+	// those only (it looks the claim up in the pod's
+	// status.resourceClaimStatuses).
+	f.yaml(ctx, t, fmt.Sprintf(`---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: sick, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: r
+        exactly:
+          deviceClassName: tty.cdi-exec.io
+          selectors: [{cel: {expression: '%s'}}]
+`, keyIs(key))+
+		pod("default", "patient", []string{"name: t\n    resourceClaimTemplateName: sick"}, map[string]string{"c": "claims: [{name: t}]"}))
 	if got := f.ctrTTYs(ctx, t, "default", "patient", "c"); !slices.Equal(got, []string{key}) {
 		t.Fatalf("the holder sees %v, want %s", got, key)
 	}
