@@ -37,9 +37,6 @@ var perClaim = map[string][]string{
 	"drm": {"want_device_nodes"},
 }
 
-// Fields returns the args a claim may set for a plugin, sorted.
-func Fields(plugin string) []string { return slices.Clone(perClaim[plugin]) }
-
 // Settings are the args a claim sets, by name, as raw JSON.
 type Settings map[string]json.RawMessage
 

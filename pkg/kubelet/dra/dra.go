@@ -7,10 +7,17 @@
 // answers become the driver's ResourceSlice (device names from
 // pkg/kubelet/devname), NodePrepareResources is a pinned ADD of the
 // allocated devices with the claim's UID as request-id, and
-// NodeUnprepareResources is DEL of that UID. The claims a driver has
-// prepared are recorded in its own state file (pkg/kubelet/claimstate);
-// a prepared claim whose ResourceClaim is gone, or has another UID, is
-// freed after a grace period. docs/kubernetes.md describes it.
+// NodeUnprepareResources is DEL of that UID. Each allocated device gets
+// its own CDI device, so a container gets the devices of the requests it
+// names; devices allocated with admin access get a CDI spec the driver
+// writes itself, without an ADD (admin.go). A published device that turns
+// unusable stays in the slice with a taint, and the kubelet's health
+// stream reports it Unhealthy (slice.go, health.go). A claim's opaque
+// DeviceConfig sets plugin args for its ADD (pkg/kubelet/claimconfig).
+// The claims a driver has prepared are recorded in its own state file
+// (pkg/kubelet/claimstate); a prepared claim whose ResourceClaim is gone,
+// or has another UID, is freed after a grace period. docs/kubernetes.md
+// describes it.
 package dra
 
 import (
