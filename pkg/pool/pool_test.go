@@ -793,3 +793,33 @@ func TestPinnedLiveCheck(t *testing.T) {
 		t.Fatalf("ADD = %v", err)
 	}
 }
+
+// TestSpecDevices: each device's own spec entry has its nodes, and the
+// shared nodes of its allocation; a Handout's nodes, which are no
+// device's, go with every device.
+func TestSpecDevices(t *testing.T) {
+	paths := func(d cdispec.Device) []string {
+		var out []string
+		for _, n := range d.Nodes {
+			out = append(out, n.Path)
+		}
+		return out
+	}
+	got := specDevices(t.TempDir(), []store.Allocation{
+		{Devices: []store.Device{{Key: "a", Nodes: []string{"/dev/dri/card0"}}, {Key: "b", Nodes: []string{"/dev/dri/card1"}}}},
+		{Nodes: []string{"/dev/dri/card2", "/dev/kfd"}, Devices: []store.Device{{Key: "c", Nodes: []string{"/dev/dri/card2"}}}},
+		{Nodes: []string{"/dev/vfio/7", "/dev/vfio/vfio"}, Devices: []store.Device{{Key: "d", Nodes: []string{"/dev/x"}}, {Key: "e"}}},
+	})
+	want := map[string][]string{
+		"a": {"/dev/dri/card0"}, "b": {"/dev/dri/card1"}, "c": {"/dev/dri/card2", "/dev/kfd"},
+		"d": {"/dev/vfio/7", "/dev/vfio/vfio"}, "e": {"/dev/vfio/7", "/dev/vfio/vfio"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d devices, want %d", len(got), len(want))
+	}
+	for _, d := range got {
+		if !slices.Equal(paths(d), want[d.Key]) {
+			t.Errorf("%s: %v, want %v", d.Key, paths(d), want[d.Key])
+		}
+	}
+}

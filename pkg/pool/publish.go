@@ -46,19 +46,39 @@ func (a *adder) publish(ctx context.Context, st *store.Store) error {
 }
 
 // specDevices are the devices of a request's allocations with the nodes
-// of each one's own spec entry: its nodes, or, in an allocation whose
-// nodes do not belong to single devices (Allocation.Nodes), all of that
-// allocation's nodes.
+// of each one's own spec entry. An allocation whose node list is its
+// devices' (no Allocation.Nodes) gives each device its nodes. One with a
+// list of its own (shared nodes such as /dev/kfd after the devices' own,
+// or a Handout's nodes) gives each device those of its nodes the list
+// has, then every node of the list that is no device's: a shared node
+// goes with each device, and a Handout's nodes, which belong to no single
+// device, with all of them.
 func specDevices(root string, allocs []store.Allocation) []cdispec.Device {
 	var out []cdispec.Device
 	for _, al := range allocs {
+		var unowned []string
+		if al.Nodes != nil {
+			owned := map[string]bool{}
+			for _, d := range al.Devices {
+				for _, n := range d.Nodes {
+					owned[n] = true
+				}
+			}
+			for _, n := range al.Nodes {
+				if !owned[n] {
+					unowned = append(unowned, n)
+				}
+			}
+		}
 		for _, d := range al.Devices {
-			paths := d.Nodes
-			if al.Nodes != nil {
-				paths = al.Nodes
+			var paths []string
+			for _, n := range d.Nodes {
+				if al.Nodes == nil || slices.Contains(al.Nodes, n) {
+					paths = append(paths, n)
+				}
 			}
 			dev := cdispec.Device{Key: d.Key}
-			for _, path := range paths {
+			for _, path := range append(paths, unowned...) {
 				dev.Nodes = append(dev.Nodes, cdispec.Stat(root, path))
 			}
 			out = append(out, dev)

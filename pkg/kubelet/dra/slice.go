@@ -105,18 +105,17 @@ func (d *driver) offer(claims claimstate.Claims, now time.Time) []resourceapi.De
 		reason, reported := unusable[key]
 		switch {
 		case reported && reason == "":
+			delete(d.unhealthy, name)
 			continue // held by another caller: not ill health
 		case !reported:
 			reason = "the plugin no longer reports the device"
 		}
 		u, ok := d.unhealthy[name]
-		if !ok || u.reason != reason {
-			u = unhealthy{reason: reason, since: now}
-			if ok {
-				u.since = d.unhealthy[name].since
-			}
-			d.unhealthy[name] = u
+		if !ok {
+			u.since = now
 		}
+		u.reason = reason
+		d.unhealthy[name] = u
 		known := d.known[name]
 		sd := *known.DeepCopy()
 		sd.Taints = []resourceapi.DeviceTaint{d.taint(u)}
