@@ -134,19 +134,22 @@ endef
 
 # The real-node suites (docs/kubernetes.md, "Testing on a real node"): a
 # pinned containerd and kubelet, then a control plane too. The tools are
-# built once into $CDI_E2E_CACHE (default ~/.cache/cdi-e2e). Needs root;
-# without what a node needs, the tests skip and say why (and fail CI).
-# Their output streams as it comes: they run for many minutes.
+# built once into $CDI_E2E_CACHE (default ~/.cache/cdi-e2e), at the
+# pinned release or K8S_VERSION (K8S_VERSION=v1.35.4 make e2e-cluster for
+# the oldest supported). E2E_FLAGS come last: E2E_FLAGS="-count=5 -run
+# TestClusterDRAFeatures" repeats one test. Needs root; without what a
+# node needs, the tests skip and say why (and fail CI). Their output
+# streams as it comes: they run for many minutes.
 E2E_FLAGS ?=
-E2E_TEST  := CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) run ./test/testreport -stream -- $(GO) test -json -tags e2enode -count=1 -timeout 45m $(E2E_FLAGS)
+E2E_TEST  := CDI_TEST_BIN_DIR=$(CURDIR)/bin $(GO) run ./test/testreport -stream -- $(GO) test -json -tags e2enode -count=1 -timeout 45m
 
 e2e-node: build
 	./test/k8s/build-tools.sh
-	$(call guarded,$(E2E_TEST) -run ^TestNode ./test/k8s/...)
+	$(call guarded,$(E2E_TEST) -run ^TestNode $(E2E_FLAGS) ./test/k8s/...)
 
 e2e-cluster: build
 	./test/k8s/build-tools.sh
-	$(call guarded,$(E2E_TEST) -run ^TestCluster ./test/k8s/...)
+	$(call guarded,$(E2E_TEST) -run ^TestCluster $(E2E_FLAGS) ./test/k8s/...)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -35,7 +36,7 @@ Flags:
 // receives --kubeconfig.
 func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options) {
 	penv, _ := protocol.ReadEnv(e.getenv) // a bad CDI_LOCK_TIMEOUT is the plugins' to report
-	opt := &dra.Options{PluginStateDir: penv.StateDir}
+	opt := &dra.Options{PluginStateDir: penv.StateDir, HostRoot: penv.HostRoot}
 	fs := newFlagSet(e, penv, "cdi-kubelet-plugin dra", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir)
 	fs.StringVar(&opt.NodeName, "node-name", "", "this node's `NAME` (required)")
 	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig `FILE`; default: the in-cluster config")
@@ -46,6 +47,15 @@ func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options) {
 	fs.DurationVar(&opt.Poll, "poll-interval", dra.DefaultPoll, "how often the plugins' DEVICES are listed")
 	fs.DurationVar(&opt.StaleInterval, "stale-interval", dra.DefaultStaleInterval, "how often prepared claims are looked up")
 	fs.DurationVar(&opt.StaleGrace, "stale-grace", dra.DefaultStaleGrace, "how long a prepared claim's ResourceClaim must be gone before it is freed")
+	opt.TaintEffect = resourceapi.DeviceTaintEffectNoSchedule
+	fs.Func("taint-effect", "`EFFECT` of the taint of unusable devices: NoSchedule (default) or NoExecute, which evicts the pods using them", func(v string) error {
+		switch e := resourceapi.DeviceTaintEffect(v); e {
+		case resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute:
+			opt.TaintEffect = e
+			return nil
+		}
+		return fmt.Errorf("%q is neither NoSchedule nor NoExecute", v)
+	})
 	return fs, opt
 }
 

@@ -71,6 +71,20 @@ func DeviceName(requestID string) string {
 	return requestID
 }
 
+// KeyDeviceName is the name of one device's own entry in a request's
+// spec: <request-id>_<key>, so that a caller that wants a single device
+// of a request (the DRA mode, one request of a claim) can inject just it.
+// The "_" that request-ids never contain keeps it apart from every
+// request's own name. It is "" when the result is no valid CDI name (a key
+// ending in "-", "." , ":" or "_"); such a device has no entry of its own.
+func KeyDeviceName(requestID, key string) string {
+	name := requestID + "_" + key
+	if parser.ValidateDeviceName(name) != nil {
+		return ""
+	}
+	return name
+}
+
 // prefix is the file name prefix of this kind's transient specs.
 func (c *Config) prefix() string {
 	vendor, class := parser.ParseQualifier(c.Kind)
@@ -111,6 +125,26 @@ func (c *Config) QualifiedName(requestID string) string {
 	return c.Kind + "=" + DeviceName(requestID)
 }
 
+// QualifiedKeyNames are the fully qualified names of the devices' own
+// entries in the request's spec (KeyDeviceName), by key; a device without
+// one is left out.
+func (c *Config) QualifiedKeyNames(requestID string, devs []Device) map[string]string {
+	out := map[string]string{}
+	for _, d := range devs {
+		if name := KeyDeviceName(requestID, d.Key); name != "" {
+			out[d.Key] = c.Kind + "=" + name
+		}
+	}
+	return out
+}
+
+// Device is one device of a request: its key and the nodes that stand for
+// it in its own entry of the spec.
+type Device struct {
+	Key   string
+	Nodes []Node
+}
+
 // Node is a device node to put in a spec.
 type Node struct {
 	Path string // as the container sees it, "/dev/dri/card0"
@@ -149,21 +183,23 @@ func Stat(root, path string) Node {
 	return n
 }
 
-// Write writes the owner's spec of the request atomically: a temporary
+// Write writes the owner's spec of the request: one device named after
+// the request with every node it holds, then one per device of devs
+// (KeyDeviceName) with that device's nodes. It writes atomically: a temporary
 // file in the same directory, fsync, rename, fsync of the directory. Mode
 // 0644, so runtimes that do not run as root can read it. It only ever
 // replaces the owner's own file. If another file of this kind names the
 // same request-id (another store's, or one without an owner), runtimes
 // could not tell the two devices apart: Write refuses with ErrForeign, and
 // when that file appeared while writing, it takes its own file back.
-func (c *Config) Write(o Owner, requestID string, nodes []Node) error {
+func (c *Config) Write(o Owner, requestID string, nodes []Node, devs []Device) error {
 	if err := o.valid(); err != nil {
 		return err
 	}
 	if err := c.foreign(o, requestID); err != nil {
 		return err
 	}
-	b, err := c.content(requestID, nodes)
+	b, err := c.content(requestID, nodes, devs)
 	if err != nil {
 		return err
 	}
@@ -182,12 +218,22 @@ func (c *Config) Write(o Owner, requestID string, nodes []Node) error {
 	return nil
 }
 
-// content is the spec file of a request: one device named after it.
-func (c *Config) content(requestID string, nodes []Node) ([]byte, error) {
-	spec := &specs.Spec{Kind: c.Kind, Devices: []specs.Device{{Name: DeviceName(requestID)}}}
-	for _, n := range nodes {
-		spec.Devices[0].ContainerEdits.DeviceNodes = append(spec.Devices[0].ContainerEdits.DeviceNodes,
-			&specs.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor})
+// content is the spec file of a request: one device named after it, then
+// one per device that has a name of its own.
+func (c *Config) content(requestID string, nodes []Node, devs []Device) ([]byte, error) {
+	entry := func(name string, nodes []Node) specs.Device {
+		d := specs.Device{Name: name}
+		for _, n := range nodes {
+			d.ContainerEdits.DeviceNodes = append(d.ContainerEdits.DeviceNodes,
+				&specs.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor})
+		}
+		return d
+	}
+	spec := &specs.Spec{Kind: c.Kind, Devices: []specs.Device{entry(DeviceName(requestID), nodes)}}
+	for _, d := range devs {
+		if name := KeyDeviceName(requestID, d.Key); name != "" {
+			spec.Devices = append(spec.Devices, entry(name, d.Nodes))
+		}
 	}
 	v, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {

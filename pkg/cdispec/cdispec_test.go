@@ -1,9 +1,12 @@
 package cdispec
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +56,7 @@ func TestDeviceName(t *testing.T) {
 func TestWriteRemove(t *testing.T) {
 	c := &Config{Kind: "example.com/gpu", Dir: filepath.Join(t.TempDir(), "cdi")}
 	o := Owner{Plugin: "drm", Store: "00ff"}
-	if err := c.Write(o, "r1", []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}); err != nil {
+	if err := c.Write(o, "r1", []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if filepath.Base(c.Path(o, "r1")) != "example.com-gpu_r1_drm-00ff.json" {
@@ -96,7 +99,7 @@ func TestOwnership(t *testing.T) {
 		o  Owner
 		id string
 	}{{a, "r1"}, {b, "r2"}, {a, "r1"}} { // the last is a rewrite
-		if err := c.Write(w.o, w.id, nodes); err != nil {
+		if err := c.Write(w.o, w.id, nodes, nil); err != nil {
 			t.Fatalf("%v writes %s: %v", w.o, w.id, err)
 		}
 	}
@@ -113,7 +116,7 @@ func TestOwnership(t *testing.T) {
 		o  Owner
 		id string
 	}{{b, "r1"}, {a, "r2"}, {a, "old"}} {
-		if err := c.Write(tt.o, tt.id, nodes); !errors.Is(err, ErrForeign) {
+		if err := c.Write(tt.o, tt.id, nodes, nil); !errors.Is(err, ErrForeign) {
 			t.Errorf("%v writes %s over another's device name: %v", tt.o, tt.id, err)
 		}
 		if err := c.Remove(tt.o, tt.id); err != nil {
@@ -129,7 +132,7 @@ func TestOwnership(t *testing.T) {
 		t.Errorf("a refused write left its file: %v", err)
 	}
 	for _, bad := range []Owner{{}, {Plugin: "drm"}, {Plugin: "drm", Store: "XYZ"}, {Plugin: "a_b", Store: "aa"}, {Plugin: "../x", Store: "aa"}} {
-		if err := c.Write(bad, "r9", nodes); err == nil {
+		if err := c.Write(bad, "r9", nodes, nil); err == nil {
 			t.Errorf("owner %+v accepted", bad)
 		}
 	}
@@ -218,5 +221,54 @@ func TestOrphansSweepsStaleTemps(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(c.Dir, name)); (err == nil) != want {
 			t.Errorf("%s: present %v, want %v", name, err == nil, want)
 		}
+	}
+}
+
+func TestKeyDeviceName(t *testing.T) {
+	for key, want := range map[string]string{
+		"tty13":        "r1_tty13",
+		"0000:03:00.0": "r1_0000:03:00.0",
+		"ttyS0":        "r1_ttyS0",
+		"a-":           "", // would end in "-": no entry of its own
+		"a_":           "",
+	} {
+		if got := KeyDeviceName("r1", key); got != want {
+			t.Errorf("KeyDeviceName(r1, %q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// TestWriteDevices: the spec holds the request's device with every node,
+// then one entry per device with a name of its own.
+func TestWriteDevices(t *testing.T) {
+	c := &Config{Kind: "example.com/gpu", Dir: t.TempDir()}
+	o := Owner{Plugin: "drm", Store: "ab12"}
+	card, render := Node{Path: "/dev/dri/card0", Type: "c", Major: 226}, Node{Path: "/dev/dri/renderD128", Type: "c", Major: 226, Minor: 128}
+	devs := []Device{{Key: "0000:03:00.0", Nodes: []Node{card, render}}, {Key: "bad-", Nodes: []Node{card}}}
+	if err := c.Write(o, "r1", []Node{card, render}, devs); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(c.Path(o, "r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Devices []struct {
+			Name           string
+			ContainerEdits struct{ DeviceNodes []struct{ Path string } }
+		}
+	}
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range spec.Devices {
+		got = append(got, fmt.Sprintf("%s:%d", d.Name, len(d.ContainerEdits.DeviceNodes)))
+	}
+	if want := []string{"r1:2", "r1_0000:03:00.0:2"}; !slices.Equal(got, want) {
+		t.Fatalf("devices %v, want %v", got, want)
+	}
+	if names := c.QualifiedKeyNames("r1", devs); len(names) != 1 || names["0000:03:00.0"] != "example.com/gpu=r1_0000:03:00.0" {
+		t.Fatalf("QualifiedKeyNames = %v", names)
 	}
 }

@@ -74,6 +74,7 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 			return nil, err
 		}
 		res.CDIDevices = []string{p.Spec.QualifiedName(c.RequestID)}
+		res.CDIKeyDevices = p.Spec.QualifiedKeyNames(c.RequestID, specDevices(c.Env.HostRoot, a.rec.Allocations))
 	}
 	return res, nil
 }

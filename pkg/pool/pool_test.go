@@ -613,8 +613,18 @@ func TestPublish(t *testing.T) {
 	if err != nil || !slices.Equal(res.CDIDevices, []string{"example.com/gpu=a"}) {
 		t.Fatalf("ADD = %+v, %v", res, err)
 	}
-	if got := e.specNodes("a"); !slices.Equal(got, []string{"/dev/g0", "/dev/g1"}) {
+	// The request's own device, then one per device (KeyDeviceName).
+	if got := e.specNodes("a"); !slices.Equal(got, []string{"/dev/g0", "/dev/g1", "/dev/g0", "/dev/g1"}) {
 		t.Errorf("spec of a lists %v", got)
+	}
+	t.Logf("cdiKeyDevices %v", res.CDIKeyDevices)
+	if len(res.CDIKeyDevices) != 2 {
+		t.Errorf("ADD names the devices' own CDI devices %v", res.CDIKeyDevices)
+	}
+	for k, name := range res.CDIKeyDevices {
+		if name != "example.com/gpu=a_"+k {
+			t.Errorf("device %s's own CDI device is %q", k, name)
+		}
 	}
 
 	// A replay rewrites a spec that is missing (a crash after the commit).
@@ -625,11 +635,11 @@ func TestPublish(t *testing.T) {
 
 	// An orphan (a crash after a DEL's commit) goes at the next ADD;
 	// another store's file of the same kind stays.
-	if err := e.pool.Spec.Write(e.owner(), "ghost", nil); err != nil {
+	if err := e.pool.Spec.Write(e.owner(), "ghost", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	other := cdispec.Owner{Plugin: "fake", Store: "0123"}
-	if err := e.pool.Spec.Write(other, "elsewhere", nil); err != nil {
+	if err := e.pool.Spec.Write(other, "elsewhere", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.add("b", "gpu:1"); err != nil {
@@ -783,5 +793,35 @@ func TestPinnedLiveCheck(t *testing.T) {
 	_, err := e.pool.Add(context.Background(), c)
 	if code(err) != protocol.CodeInsufficient || strings.Contains(err.Error(), "held") || !strings.Contains(err.Error(), "sysfs describes") {
 		t.Fatalf("ADD = %v", err)
+	}
+}
+
+// TestSpecDevices: each device's own spec entry has its nodes, and the
+// shared nodes of its allocation; a Handout's nodes, which are no
+// device's, go with every device.
+func TestSpecDevices(t *testing.T) {
+	paths := func(d cdispec.Device) []string {
+		var out []string
+		for _, n := range d.Nodes {
+			out = append(out, n.Path)
+		}
+		return out
+	}
+	got := specDevices(t.TempDir(), []store.Allocation{
+		{Devices: []store.Device{{Key: "a", Nodes: []string{"/dev/dri/card0"}}, {Key: "b", Nodes: []string{"/dev/dri/card1"}}}},
+		{Nodes: []string{"/dev/dri/card2", "/dev/kfd"}, Devices: []store.Device{{Key: "c", Nodes: []string{"/dev/dri/card2"}}}},
+		{Nodes: []string{"/dev/vfio/7", "/dev/vfio/vfio"}, Devices: []store.Device{{Key: "d", Nodes: []string{"/dev/x"}}, {Key: "e"}}},
+	})
+	want := map[string][]string{
+		"a": {"/dev/dri/card0"}, "b": {"/dev/dri/card1"}, "c": {"/dev/dri/card2", "/dev/kfd"},
+		"d": {"/dev/vfio/7", "/dev/vfio/vfio"}, "e": {"/dev/vfio/7", "/dev/vfio/vfio"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d devices, want %d", len(got), len(want))
+	}
+	for _, d := range got {
+		if !slices.Equal(paths(d), want[d.Key]) {
+			t.Errorf("%s: %v, want %v", d.Key, paths(d), want[d.Key])
+		}
 	}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // publish writes the request's CDI spec with every node the request-id
-// holds in this plugin. The record is committed first: a crash in between
+// holds in this plugin, and an entry of its own for each device (see
+// specDevices). The record is committed first: a crash in between
 // leaves a record without a spec, which the next ADD replay rewrites, never
 // a spec claiming free devices. If the spec cannot be written, the
 // allocations this call made are taken back and their setup undone.
@@ -23,7 +24,7 @@ func (a *adder) publish() error {
 		}
 	}
 	owner := a.pool.owner(st)
-	err := spec.Write(owner, c.RequestID, nodes)
+	err := spec.Write(owner, c.RequestID, nodes, specDevices(c.Env.HostRoot, a.rec.Allocations))
 	if err == nil {
 		a.pool.removeOrphans(st, c)
 		return nil
@@ -41,6 +42,48 @@ func (a *adder) publish() error {
 		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", spec.Path(owner, c.RequestID), err, rollback)
 	}
 	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", spec.Path(owner, c.RequestID), err)
+}
+
+// specDevices are the devices of a request's allocations with the nodes
+// of each one's own spec entry. An allocation whose node list is its
+// devices' (no Allocation.Nodes) gives each device its nodes. One with a
+// list of its own (shared nodes such as /dev/kfd after the devices' own,
+// or a Handout's nodes) gives each device those of its nodes the list
+// has, then every node of the list that is no device's: a shared node
+// goes with each device, and a Handout's nodes, which belong to no single
+// device, with all of them.
+func specDevices(root string, allocs []store.Allocation) []cdispec.Device {
+	var out []cdispec.Device
+	for _, al := range allocs {
+		var unowned []string
+		if al.Nodes != nil {
+			owned := map[string]bool{}
+			for _, d := range al.Devices {
+				for _, n := range d.Nodes {
+					owned[n] = true
+				}
+			}
+			for _, n := range al.Nodes {
+				if !owned[n] {
+					unowned = append(unowned, n)
+				}
+			}
+		}
+		for _, d := range al.Devices {
+			var paths []string
+			for _, n := range d.Nodes {
+				if al.Nodes == nil || slices.Contains(al.Nodes, n) {
+					paths = append(paths, n)
+				}
+			}
+			dev := cdispec.Device{Key: d.Key}
+			for _, path := range append(paths, unowned...) {
+				dev.Nodes = append(dev.Nodes, cdispec.Stat(root, path))
+			}
+			out = append(out, dev)
+		}
+	}
+	return out
 }
 
 // fresh reports whether this ADD made al (rather than replayed it).

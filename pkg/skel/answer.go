@@ -60,7 +60,8 @@ func warnHostRoot(c *Call) {
 }
 
 // addFields renders an ADD answer: numa_locality only when it was asked
-// for, cdiDevices only when there are some.
+// for, cdiDevices only when there are some, cdiKeyDevices when some
+// device has its own.
 func addFields(c *Call, res *AddResult) []protocol.Field {
 	out := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "devices", Value: protocol.NonNil(res.Devices)}}
 	if c.Locality != nil {
@@ -68,6 +69,9 @@ func addFields(c *Call, res *AddResult) []protocol.Field {
 	}
 	if len(res.CDIDevices) > 0 {
 		out = append(out, protocol.Field{Key: "cdiDevices", Value: res.CDIDevices})
+	}
+	if len(res.CDIKeyDevices) > 0 {
+		out = append(out, protocol.Field{Key: "cdiKeyDevices", Value: res.CDIKeyDevices})
 	}
 	return out
 }

@@ -56,6 +56,9 @@ type AddResult struct {
 	// CDIDevices are fully qualified modern CDI device names, printed when
 	// not empty.
 	CDIDevices []string
+	// CDIKeyDevices name each device's own CDI device by its key
+	// (cdispec.KeyDeviceName), printed with CDIDevices.
+	CDIKeyDevices map[string]string
 }
 
 // GCResult is the answer to a GC.

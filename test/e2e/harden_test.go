@@ -567,12 +567,14 @@ func lchown(t *testing.T, p string, uid int) {
 	}
 }
 
-// specNodes returns the device node paths of the one device in a CDI spec
-// file.
+// specNodes returns the device node paths of the request's own device in
+// a CDI spec file, the first; the others must be its devices' own entries,
+// named <request>_<key>, each with nodes of the request's.
 func specNodes(t *testing.T, path string) []string {
 	t.Helper()
 	var spec struct {
 		Devices []struct {
+			Name           string `json:"name"`
 			ContainerEdits struct {
 				DeviceNodes []struct{ Path string } `json:"deviceNodes"`
 			} `json:"containerEdits"`
@@ -582,9 +584,23 @@ func specNodes(t *testing.T, path string) []string {
 	if err == nil {
 		err = json.Unmarshal(b, &spec)
 	}
-	if err != nil || len(spec.Devices) != 1 {
+	if err != nil || len(spec.Devices) == 0 {
 		t.Errorf("%s: %v, %d devices", path, err, len(spec.Devices))
 		return nil
+	}
+	all := map[string]bool{}
+	for _, n := range spec.Devices[0].ContainerEdits.DeviceNodes {
+		all[n.Path] = true
+	}
+	for _, d := range spec.Devices[1:] {
+		if !strings.HasPrefix(d.Name, spec.Devices[0].Name+"_") {
+			t.Errorf("%s: device %q is not one of request %q's", path, d.Name, spec.Devices[0].Name)
+		}
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			if !all[n.Path] {
+				t.Errorf("%s: device %q names %s, which the request's device does not", path, d.Name, n.Path)
+			}
+		}
 	}
 	var out []string
 	for _, d := range spec.Devices[0].ContainerEdits.DeviceNodes {

@@ -28,6 +28,9 @@ type Cluster struct {
 	// Kubeconfig is a cluster-admin kubeconfig, for kubectl.
 	Kubeconfig string
 	admin      *client
+	// gates is the control plane's --feature-gates flag (featureGates),
+	// "" when the release needs none.
+	gates string
 }
 
 // Server is the API server's address, the kubernetes Service's too.
@@ -66,6 +69,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	gates, err := featureGates(ctx, filepath.Join(tools(), "kube-apiserver"))
+	if err != nil {
+		return err
+	}
+	if len(gates) > 0 {
+		c.gates = "--feature-gates=" + gateFlag(gates)
+	}
 	if err := c.startAPIServer(ctx, dir, etcd); err != nil {
 		return err
 	}
@@ -78,6 +88,9 @@ func (c *Cluster) start(ctx context.Context) error {
 			return err
 		}
 		args := []string{"--kubeconfig", kc, "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", "0"}
+		if c.gates != "" {
+			args = append(args, c.gates)
+		}
 		if comp.name == "kube-controller-manager" {
 			// Each controller acts as its own service account, with the
 			// bootstrap roles made for it (system:controller:*).
@@ -143,7 +156,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
 	if err != nil {
 		return err
 	}
-	d := c.Spawn("kube-apiserver", filepath.Join(tools(), "kube-apiserver"), []string{
+	args := []string{
 		"--etcd-servers", etcd,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", "443",
 		"--tls-cert-file", crt, "--tls-private-key-file", key, "--client-ca-file", p.CA(),
@@ -155,7 +168,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
 		"--authorization-mode", "Node,RBAC", "--allow-privileged=true",
 		"--enable-admission-plugins", "NodeRestriction",
 		"--endpoint-reconciler-type", "none", "--profiling=false",
-	}, []string{
+	}
+	if c.gates != "" {
+		args = append(args, c.gates)
+	}
+	d := c.Spawn("kube-apiserver", filepath.Join(tools(), "kube-apiserver"), args, []string{
 		// busybox's wget, which tests run in pods, sends no signature
 		// algorithms, so TLS 1.2 falls back to SHA-1 signatures, which Go
 		// refuses unless told otherwise.

@@ -233,8 +233,9 @@ func (b *bridgeRun) allocations(ctx context.Context, t *testing.T) []allocation 
 	return l.Allocations
 }
 
-// specs returns the device node paths of each CDI spec file in the
-// node's spec dir.
+// specs returns the distinct device node paths of each CDI spec file in
+// the node's spec dir (the request's own device and each device's entry
+// name the same nodes).
 func (b *bridgeRun) specs(t *testing.T) map[string][]string {
 	files, _ := filepath.Glob(filepath.Join(b.n.CDIDir, "*"))
 	out := map[string][]string{}
@@ -258,6 +259,7 @@ func (b *bridgeRun) specs(t *testing.T) map[string][]string {
 			}
 		}
 		slices.Sort(out[f])
+		out[f] = slices.Compact(out[f])
 	}
 	return out
 }

@@ -41,6 +41,15 @@ podLogsDir: {{.Logs}}
 resolvConf: {{.ResolvConf}}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# From 1.35 the kubelet refuses cgroup v1 unless told; machines like the
+# one CI runs on mount it.
+failCgroupV1: false
+{{- if .Gates}}
+featureGates:
+{{- range $k, $v := .Gates}}
+  {{$k}}: {{$v}}
+{{- end}}
+{{- end}}
 `))
 
 // kubelet is how a node runs its kubelet: the config and the flags, so
@@ -56,7 +65,8 @@ type kubelet struct {
 
 // newKubelet writes the kubelet's config under dir. kubeconfig joins it
 // to an API server; empty, it runs standalone.
-func newKubelet(dir string, p *pki, runtime, cgroupRoot, kubeconfig string) (*kubelet, error) {
+// gates are the feature gates to set (featureGates).
+func newKubelet(dir string, p *pki, runtime, cgroupRoot, kubeconfig string, gates map[string]bool) (*kubelet, error) {
 	k := &kubelet{
 		config:    filepath.Join(dir, "kubelet.yaml"),
 		root:      filepath.Join(dir, "root"),
@@ -84,7 +94,7 @@ func newKubelet(dir string, p *pki, runtime, cgroupRoot, kubeconfig string) (*ku
 	err = kubeletConfig.Execute(&conf, map[string]any{
 		"Port": k.port, "Healthz": k.healthz, "Cert": crt, "Key": key, "CA": p.CA(),
 		"Runtime": runtime, "CgroupRoot": cgroupRoot, "Manifests": k.manifests,
-		"Logs": filepath.Join(dir, "pods"), "ResolvConf": resolv,
+		"Logs": filepath.Join(dir, "pods"), "ResolvConf": resolv, "Gates": gates,
 	})
 	if err != nil {
 		return nil, err

@@ -110,7 +110,11 @@ func (n *Node) start(ctx context.Context, kubeconfig string) error {
 	if err != nil {
 		return err
 	}
-	n.kl, err = newKubelet(filepath.Join(n.Dir, "kubelet"), n.pki, n.ctrd.sock, "/"+n.cg.name+"/pods", kubeconfig)
+	gates, err := featureGates(ctx, filepath.Join(tools(), "kubelet"))
+	if err != nil {
+		return err
+	}
+	n.kl, err = newKubelet(filepath.Join(n.Dir, "kubelet"), n.pki, n.ctrd.sock, "/"+n.cg.name+"/pods", kubeconfig, gates)
 	if err != nil {
 		return err
 	}

@@ -170,6 +170,11 @@ func TestDRADeployment(t *testing.T) {
 			if len(dc.Spec.Selectors) != 1 || dc.Spec.Selectors[0].CEL.Expression != fmt.Sprintf("device.driver == %q", dc.Name) {
 				t.Errorf("DeviceClass %s selects %+v", dc.Name, dc.Spec.Selectors)
 			}
+			// Extended resources through DRA: cdi-exec.io/<type>.
+			typ, _, _ := strings.Cut(dc.Name, ".")
+			if want := "cdi-exec.io/" + typ; dc.Spec.ExtendedResourceName == nil || *dc.Spec.ExtendedResourceName != want {
+				t.Errorf("DeviceClass %s has extendedResourceName %v, want %s", dc.Name, dc.Spec.ExtendedResourceName, want)
+			}
 		}
 	}
 	for _, typ := range types {

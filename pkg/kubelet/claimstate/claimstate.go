@@ -42,6 +42,9 @@ type Claim struct {
 	// Keys are the device keys the plugins were asked for, in the
 	// allocation's order.
 	Keys []string `json:"keys"`
+	// AdminKeys are the devices allocated with admin access: the driver
+	// wrote their CDI spec itself, and no plugin holds them for the claim.
+	AdminKeys []string `json:"adminKeys,omitempty"`
 	// CDIDevices are the CDI device ids the preparation returned.
 	CDIDevices []string `json:"cdiDevices,omitempty"`
 	// Prepared is false from before the first ADD until the claim's

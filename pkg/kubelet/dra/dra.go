@@ -7,10 +7,17 @@
 // answers become the driver's ResourceSlice (device names from
 // pkg/kubelet/devname), NodePrepareResources is a pinned ADD of the
 // allocated devices with the claim's UID as request-id, and
-// NodeUnprepareResources is DEL of that UID. The claims a driver has
-// prepared are recorded in its own state file (pkg/kubelet/claimstate);
-// a prepared claim whose ResourceClaim is gone, or has another UID, is
-// freed after a grace period. docs/kubernetes.md describes it.
+// NodeUnprepareResources is DEL of that UID. Each allocated device gets
+// its own CDI device, so a container gets the devices of the requests it
+// names; devices allocated with admin access get a CDI spec the driver
+// writes itself, without an ADD (admin.go). A published device that turns
+// unusable stays in the slice with a taint, and the kubelet's health
+// stream reports it Unhealthy (slice.go, health.go). A claim's opaque
+// DeviceConfig sets plugin args for its ADD (pkg/kubelet/claimconfig).
+// The claims a driver has prepared are recorded in its own state file
+// (pkg/kubelet/claimstate); a prepared claim whose ResourceClaim is gone,
+// or has another UID, is freed after a grace period. docs/kubernetes.md
+// describes it.
 package dra
 
 import (
@@ -24,6 +31,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -66,7 +74,13 @@ type Options struct {
 	Poll          time.Duration // how often DEVICES is asked
 	StaleInterval time.Duration // how often prepared claims are checked
 	StaleGrace    time.Duration // how long a claim must be gone before it is freed
-	Log           *slog.Logger
+	// TaintEffect is the effect of the taint an unusable device gets:
+	// NoSchedule (the default) or NoExecute.
+	TaintEffect resourceapi.DeviceTaintEffect
+	// HostRoot is the plugins' host root (CDI_HOST_ROOT), where the
+	// device numbers of admin-access specs are read.
+	HostRoot string
+	Log      *slog.Logger
 }
 
 // Plugin is the set of drivers of one node.
@@ -83,6 +97,12 @@ var errFatal = errors.New("DRA driver failed")
 func New(opt Options) (*Plugin, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.TaintEffect == "" {
+		opt.TaintEffect = resourceapi.DeviceTaintEffectNoSchedule
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = DefaultPoll
 	}
 	byType, probs, err := bridge.Configs(opt.ConfDir, opt.Types, opt.Suffix, opt.CDISpecDir)
 	bridge.LogProblems(opt.Log, probs)

@@ -112,9 +112,11 @@ func TestRegistration(t *testing.T) {
 	}
 }
 
-// TestSlice checks the devices and attributes published, and that a
-// device held by a caller outside Kubernetes, or unplugged, leaves the
-// slice at the next poll, and a freed one comes back.
+// TestSlice checks the devices and attributes published, that a device
+// held by a caller outside Kubernetes leaves the slice at the next poll,
+// and a freed one comes back, and that an unplugged one stays, last,
+// with a taint in the driver's domain whose value is the plugin's reason,
+// until it is back.
 func TestSlice(t *testing.T) {
 	n := ttyNode(t)
 	opt := n.options()
@@ -147,14 +149,41 @@ func TestSlice(t *testing.T) {
 	if err := n.run("generic-tty", ttyConf, "CDI_COMMAND=ADD", "CDI_VERSION=0.0.2", "CDI_REQUEST=tty:1", "CDI_REQUEST_ID=cdictl-pod"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(n.root, "dev/tty17")); err != nil {
+	tty17, away := filepath.Join(n.root, "dev/tty17"), filepath.Join(n.root, "dev/.tty17-away")
+	if err := os.Rename(tty17, away); err != nil {
 		t.Fatal(err)
 	}
-	n.waitSlice(ttyDriver, ttys(14, 19, "tty17"))
+	devs = n.waitSlice(ttyDriver, append(ttys(14, 19, "tty17"), "tty17"))
+	want17 := []resourceapi.DeviceTaint{{Key: "tty.cdi-exec.io/unusable", Value: "no-dev-node-or-not-a-character-device", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	checkTaints(t, devs, map[string][]resourceapi.DeviceTaint{"tty17": want17})
 	if err := n.run("generic-tty", ttyConf, "CDI_COMMAND=DEL", "CDI_VERSION=0.0.2", "CDI_REQUEST_ID=cdictl-pod"); err != nil {
 		t.Fatal(err)
 	}
-	n.waitSlice(ttyDriver, ttys(13, 19, "tty17"))
+	devs = n.waitSlice(ttyDriver, append(ttys(13, 19, "tty17"), "tty17"))
+	checkTaints(t, devs, map[string][]resourceapi.DeviceTaint{"tty17": want17})
+	if err := os.Rename(away, tty17); err != nil {
+		t.Fatal(err)
+	}
+	checkTaints(t, n.waitSlice(ttyDriver, ttys(13, 19)), nil)
+}
+
+// checkTaints checks that exactly the devices of want have taints, and
+// those, ignoring when they were added.
+func checkTaints(t *testing.T, devs []resourceapi.Device, want map[string][]resourceapi.DeviceTaint) {
+	t.Helper()
+	for _, d := range devs {
+		var got []resourceapi.DeviceTaint
+		for _, tn := range d.Taints {
+			if tn.TimeAdded == nil {
+				t.Errorf("%s: taint %+v has no time", d.Name, tn)
+			}
+			tn.TimeAdded = nil
+			got = append(got, tn)
+		}
+		if !slices.Equal(got, want[d.Name]) {
+			t.Errorf("%s: taints %+v, want %+v", d.Name, got, want[d.Name])
+		}
+	}
 }
 
 // specNodes returns the device nodes a container gets when the runtime
@@ -178,9 +207,10 @@ func (n *node) specNodes(ids []string) []string {
 }
 
 // checkPrepared checks an answer of NodePrepareResources for a claim of
-// the tty driver that holds keys: one device per key with the claim's CDI
-// device, whose spec gives exactly the keys' nodes, which the plugin holds
-// under the claim's UID, and a record of the claim.
+// the tty driver that holds keys: one device per key with its own CDI
+// device <claim UID>_<key>, whose spec gives exactly that key's node, the
+// claim's own CDI device giving all of them, which the plugin holds under
+// the claim's UID, and a record of the claim.
 func (n *node) checkPrepared(c *resourceapi.ResourceClaim, got *drapb.NodePrepareResourceResponse, keys ...string) {
 	n.t.Helper()
 	if got.Error != "" {
@@ -190,8 +220,11 @@ func (n *node) checkPrepared(c *resourceapi.ResourceClaim, got *drapb.NodePrepar
 	for _, d := range got.Devices {
 		names = append(names, d.DeviceName)
 		if d.PoolName != nodeName || !slices.Equal(d.RequestNames, []string{"r"}) ||
-			!slices.Equal(d.CDIDeviceIDs, []string{"cdi-exec.io/tty=" + string(c.UID)}) {
+			!slices.Equal(d.CdiDeviceIds, []string{"cdi-exec.io/tty=" + string(c.UID) + "_" + d.DeviceName}) {
 			n.t.Fatalf("prepared device %+v", d)
+		}
+		if got := n.specNodes(d.CdiDeviceIds); !slices.Equal(got, []string{"/dev/" + d.DeviceName}) {
+			n.t.Fatalf("the CDI spec gives a container of %s %v", d.DeviceName, got)
 		}
 	}
 	if !slices.Equal(names, keys) {
@@ -202,7 +235,7 @@ func (n *node) checkPrepared(c *resourceapi.ResourceClaim, got *drapb.NodePrepar
 		nodes = append(nodes, "/dev/"+k)
 	}
 	slices.Sort(nodes)
-	if got := n.specNodes(got.Devices[0].CDIDeviceIDs); !slices.Equal(got, nodes) {
+	if got := n.specNodes([]string{"cdi-exec.io/tty=" + string(c.UID)}); !slices.Equal(got, nodes) {
 		n.t.Fatalf("the CDI spec gives the container %v, want %v", got, nodes)
 	}
 	held := n.holders("tty")

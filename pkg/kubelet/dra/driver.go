@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
@@ -35,7 +36,12 @@ type driver struct {
 	client kubernetes.Interface
 	state  *claimstate.File
 	grace  time.Duration
-	log    *slog.Logger
+	effect resourceapi.DeviceTaintEffect // of the taint of unusable devices
+	every  time.Duration                 // how often DEVICES is asked
+	// hostRoot is where the host's /dev and /sys are (CDI_HOST_ROOT), for
+	// the device numbers of admin-access specs.
+	hostRoot string
+	log      *slog.Logger
 
 	helper *kubeletplugin.Helper // set by start
 	fatal  func(error)           // stops Run; set by start
@@ -52,6 +58,12 @@ type driver struct {
 	published bool
 	unnamed   map[string]bool      // keys already warned about
 	missing   map[string]time.Time // claim UID → first scan that found it gone
+	// known are the devices ever offered, by name, as last offered
+	// untainted; unhealthy those of them now unusable or gone.
+	known     map[string]resourceapi.Device
+	unhealthy map[string]unhealthy
+	refreshed time.Time     // when the devices were last asked
+	changed   chan struct{} // closed and replaced when offered changes
 }
 
 func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) {
@@ -65,9 +77,11 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 	}
 	return &driver{
 		name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
-		client: opt.Client, state: st, grace: opt.StaleGrace, log: opt.Log.With("driver", name),
+		client: opt.Client, state: st, grace: opt.StaleGrace, effect: opt.TaintEffect, every: opt.Poll,
+		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name),
 		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
 		unnamed: map[string]bool{}, missing: map[string]time.Time{},
+		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
 	}, nil
 }
 
@@ -131,9 +145,12 @@ func (d *driver) stop() {
 
 // HandleError implements kubeletplugin.DRAPlugin: errors of the
 // background work (serving gRPC, publishing slices). Those the helper
-// calls recoverable are logged; any other stops the driver.
+// calls recoverable are logged, and so are fields the API server dropped
+// from the slice (device taints where DRADeviceTaints is off); any other
+// stops the driver.
 func (d *driver) HandleError(_ context.Context, err error, msg string) {
-	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.Is(err, kubeletplugin.ErrRecoverable) || errors.As(err, &dropped) {
 		d.log.Warn(msg, "err", err)
 		return
 	}

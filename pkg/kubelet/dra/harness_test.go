@@ -219,7 +219,7 @@ func (in *instance) prepare(driver string, c *resourceapi.ResourceClaim) *drapb.
 	n := in.n
 	n.t.Helper()
 	resp, err := in.dra(driver).NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{
-		Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}},
+		Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}},
 	})
 	if err != nil {
 		n.t.Fatalf("NodePrepareResources: %v", err)
@@ -240,7 +240,7 @@ func (in *instance) unprepare(driver string, c *resourceapi.ResourceClaim) *drap
 	n := in.n
 	n.t.Helper()
 	resp, err := in.dra(driver).NodeUnprepareResources(context.Background(), &drapb.NodeUnprepareResourcesRequest{
-		Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}},
+		Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}},
 	})
 	if err != nil {
 		n.t.Fatalf("NodeUnprepareResources: %v", err)

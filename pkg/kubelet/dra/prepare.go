@@ -13,14 +13,16 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/kubelet/claimconfig"
 	"github.com/cdi-exec/plugins/pkg/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/pkg/kubelet/devname"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin: one pinned
-// ADD per claim, under the claim's UID, of the devices the scheduler
-// allocated from this driver's pool.
+// ADD per config, under the claim's UID, of the devices the scheduler
+// allocated from this driver's pool, and for devices allocated with admin
+// access a CDI spec of the driver's own (admin.go).
 func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
@@ -29,87 +31,128 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-// prepare prepares one claim and logs one line about it.
+// result is one device allocated to a claim from this driver's pool.
+type result struct {
+	resourceapi.DeviceRequestAllocationResult
+	key   string // the device's key in the exec protocol
+	admin bool   // allocated with admin access
+}
+
+// prepare prepares one claim and logs one line about it. Each device's
+// CDI ids are its own (cdispec.KeyDeviceName), so that a container naming
+// one request of the claim gets that request's devices only.
 func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 	start := time.Now()
 	d.ops.Lock()
 	defer d.ops.Unlock()
 	log := d.log.With("claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID)
-	results, keys, err := d.allocated(claim)
+	results, err := d.allocated(claim)
 	if err == nil && len(results) == 0 {
 		log.Info("prepare: nothing allocated from this driver's pool")
 		return kubeletplugin.PrepareResult{}
 	}
-	var cdi []string
+	keys, adminKeys := splitKeys(results)
+	var cdi map[string][]string
 	if err == nil {
-		cdi, err = d.pin(ctx, claim, keys)
+		cdi, err = d.pin(ctx, claim, results)
 	}
 	took := time.Since(start).Round(time.Millisecond)
 	if err != nil {
-		log.Error("prepare failed", "devices", keys, "took", took, "err", err)
+		log.Error("prepare failed", "devices", keys, "adminDevices", adminKeys, "took", took, "err", err)
 		return kubeletplugin.PrepareResult{Err: err}
 	}
-	log.Info("prepare", "devices", keys, "cdiDevices", cdi, "took", took)
+	log.Info("prepare", "devices", keys, "adminDevices", adminKeys, "cdiDevices", cdi, "took", took)
 	res := kubeletplugin.PrepareResult{}
 	for _, r := range results {
 		res.Devices = append(res.Devices, kubeletplugin.Device{
-			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: cdi,
+			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: cdi[r.key],
 		})
 	}
 	return res
 }
 
 // allocated returns the claim's allocation results from this driver's
-// pool and their device keys, in the allocation's order.
-func (d *driver) allocated(claim *resourceapi.ResourceClaim) ([]resourceapi.DeviceRequestAllocationResult, []string, error) {
+// pool, in the allocation's order.
+func (d *driver) allocated(claim *resourceapi.ResourceClaim) ([]result, error) {
 	if claim.Status.Allocation == nil {
-		return nil, nil, errors.New("the claim is not allocated")
+		return nil, errors.New("the claim is not allocated")
 	}
-	var results []resourceapi.DeviceRequestAllocationResult
-	var keys []string
+	var out []result
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.name {
 			continue
 		}
 		if r.Pool != d.node {
-			return nil, nil, fmt.Errorf("device %s is from pool %q, not this node's", r.Device, r.Pool)
-		}
-		if r.AdminAccess != nil && *r.AdminAccess {
-			return nil, nil, fmt.Errorf("device %s: admin access is not supported: the exec plugins hand a device to one request at a time", r.Device)
+			return nil, fmt.Errorf("device %s is from pool %q, not this node's", r.Device, r.Pool)
 		}
 		key, err := devname.Key(r.Device)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		results = append(results, r)
-		if !slices.Contains(keys, key) {
-			keys = append(keys, key)
-		}
+		out = append(out, result{DeviceRequestAllocationResult: r, key: key, admin: r.AdminAccess != nil && *r.AdminAccess})
 	}
-	return results, keys, nil
+	return out, nil
 }
 
-// pin records the claim and runs the pinned ADDs. A claim that was never
-// prepared is taken back whole when they fail; one that was (the kubelet
-// prepares again after a restart) keeps what it holds.
-func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, keys []string) ([]string, error) {
+// splitKeys returns the distinct keys of the results held the ordinary
+// way and of those allocated with admin access, in the allocation's order.
+func splitKeys(results []result) (keys, admin []string) {
+	for _, r := range results {
+		dst := &keys
+		if r.admin {
+			dst = &admin
+		}
+		if !slices.Contains(*dst, r.key) {
+			*dst = append(*dst, r.key)
+		}
+	}
+	return keys, admin
+}
+
+// requests returns the distinct requests of the ordinary results.
+func requests(results []result) []string {
+	var out []string
+	for _, r := range results {
+		if !r.admin && !slices.Contains(out, r.Request) {
+			out = append(out, r.Request)
+		}
+	}
+	return out
+}
+
+// pin records the claim and runs the pinned ADDs, then writes the spec of
+// its admin-access devices. A claim that was never prepared is taken back
+// whole when that fails; one that was (the kubelet prepares again after a
+// restart) keeps what it holds. It returns each key's CDI device ids.
+func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, results []result) (map[string][]string, error) {
 	uid := string(claim.UID)
+	keys, adminKeys := splitKeys(results)
+	settings, err := claimconfig.ForClaim(claim, d.name, d.plugins(), requests(results))
+	if err != nil {
+		return nil, err
+	}
 	var before claimstate.Claim
-	err := d.state.Update(ctx, func(cs claimstate.Claims) error {
+	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
 		before = cs[uid]
 		if before.UID == "" {
-			cs[uid] = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, Since: time.Now().UTC()}
+			cs[uid] = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, AdminKeys: adminKeys, Since: time.Now().UTC()}
 			return nil
 		}
-		if !slices.Equal(before.Keys, keys) {
-			return fmt.Errorf("the claim holds %v, and is now asked for %v", before.Keys, keys)
+		if !slices.Equal(before.Keys, keys) || !slices.Equal(before.AdminKeys, adminKeys) {
+			return fmt.Errorf("the claim holds %v (admin access: %v), and is now asked for %v (admin access: %v)", before.Keys, before.AdminKeys, keys, adminKeys)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	cdi, err := d.add(ctx, uid, keys)
+	cdi := map[string][]string{}
+	if len(keys) > 0 {
+		err = d.add(ctx, uid, keys, settings, cdi)
+	}
+	if err == nil && len(adminKeys) > 0 {
+		err = d.writeAdminSpec(uid, adminKeys, cdi)
+	}
 	if err != nil {
 		if !before.Prepared {
 			if _, uerr := d.release(ctx, uid); uerr != nil {
@@ -118,36 +161,75 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, keys
 		}
 		return nil, err
 	}
+	var all []string
+	for _, k := range append(slices.Clone(keys), adminKeys...) {
+		for _, id := range cdi[k] {
+			if !slices.Contains(all, id) {
+				all = append(all, id)
+			}
+		}
+	}
 	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
 		c := cs[uid]
-		c.Prepared, c.CDIDevices = true, cdi
+		c.Prepared, c.CDIDevices = true, all
 		cs[uid] = c
 		return nil
 	})
 	return cdi, err
 }
 
-// add runs one pinned ADD per config that reported some of the keys and
-// returns the CDI device ids of the answers.
-func (d *driver) add(ctx context.Context, uid string, keys []string) ([]string, error) {
-	var cdi []string
+// plugins returns the plugins of the type's configs.
+func (d *driver) plugins() []string {
+	var out []string
+	for _, c := range d.confs {
+		if !slices.Contains(out, c.Plugin) {
+			out = append(out, c.Plugin)
+		}
+	}
+	return out
+}
+
+// add runs one pinned ADD per config that reported some of the keys, with
+// the claim's settings over the config's args, and sets cdi[key] to each
+// key's CDI device ids: the device's own entry (the answer's
+// cdiKeyDevices), or, from a plugin that names none, the request's
+// cdiDevices.
+func (d *driver) add(ctx context.Context, uid string, keys []string, settings claimconfig.Settings, cdi map[string][]string) error {
 	for _, g := range d.groups(keys) {
-		added, err := d.caller.AddDevices(ctx, d.confs[g.conf], uid, abnf.Spec{Type: d.typ}, g.keys)
+		conf := d.confs[g.conf]
+		raw, err := settings.Apply(conf.Raw)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("%s: %w", conf.File, err)
+		}
+		conf.Raw = raw
+		added, err := d.caller.AddDevices(ctx, conf, uid, abnf.Spec{Type: d.typ}, g.keys)
+		if err != nil {
+			return err
 		}
 		var names []string
 		if raw, ok := added.Extra["cdiDevices"]; ok {
 			if err := json.Unmarshal(raw, &names); err != nil {
-				return nil, fmt.Errorf("%s: cdiDevices of the ADD answer: %w", d.confs[g.conf].File, err)
+				return fmt.Errorf("%s: cdiDevices of the ADD answer: %w", conf.File, err)
 			}
 		}
-		cdi = append(cdi, names...)
+		byKey := map[string]string{}
+		if raw, ok := added.Extra["cdiKeyDevices"]; ok {
+			if err := json.Unmarshal(raw, &byKey); err != nil {
+				return fmt.Errorf("%s: cdiKeyDevices of the ADD answer: %w", conf.File, err)
+			}
+		}
+		if len(names) == 0 {
+			return errors.New("the plugins' ADD answers name no CDI devices; give their configs a cdi_spec arg, or none at all")
+		}
+		for _, k := range g.keys {
+			if id, ok := byKey[k]; ok {
+				cdi[k] = []string{id}
+			} else {
+				cdi[k] = names
+			}
+		}
 	}
-	if len(cdi) == 0 {
-		return nil, errors.New("the plugins' ADD answers name no CDI devices; give their configs a cdi_spec arg, or none at all")
-	}
-	return cdi, nil
+	return nil
 }
 
 // group is the keys one config's plugin is asked for.
@@ -204,17 +286,26 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	return nil
 }
 
-// release sends DEL for uid to every config of the type, then drops the
-// claim's record. When a DEL fails, the record stays, so that a retry or
+// release sends DEL for uid to every config of the type, unless the
+// claim's record says it holds nothing there (admin access only), removes
+// the driver's own spec of its admin-access devices, then drops the
+// claim's record. When that fails, the record stays, so that a retry or
 // the stale-claim collector tries again. held reports whether any plugin
 // held something under uid.
 func (d *driver) release(ctx context.Context, uid string) (held bool, err error) {
-	var errs []error
-	for _, conf := range d.confs {
-		h, err := d.caller.Del(ctx, conf, uid)
-		held = held || h
-		errs = append(errs, err)
+	claims, err := d.state.Read(ctx)
+	if err != nil {
+		return false, err
 	}
+	var errs []error
+	if c, ok := claims[uid]; !ok || len(c.Keys) > 0 {
+		for _, conf := range d.confs {
+			h, err := d.caller.Del(ctx, conf, uid)
+			held = held || h
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, d.removeAdminSpecs(uid))
 	if err := errors.Join(errs...); err != nil {
 		return held, err
 	}

@@ -2,10 +2,16 @@ package dra
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strings"
 	"time"
+	"unicode"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
@@ -39,9 +45,14 @@ func (d *driver) refresh(ctx context.Context) {
 	}
 	d.mu.Lock()
 	d.inv = bridge.Merge(d.answers)
-	devs := d.offer(claims)
+	devs := d.offer(claims, time.Now())
 	due := !d.published || !equality.Semantic.DeepEqual(devs, d.offered)
 	d.offered = devs
+	d.refreshed = time.Now()
+	if due {
+		close(d.changed) // wakes the health streams
+		d.changed = make(chan struct{})
+	}
 	d.mu.Unlock()
 	if due {
 		if err := d.publish(ctx); err != nil {
@@ -54,13 +65,14 @@ func (d *driver) refresh(ctx context.Context) {
 // request-id that is not one of this driver's claims is left out while it
 // is held: a non-Kubernetes caller (or the device-plugin mode) has it.
 // Devices of this driver's claims stay, as the scheduler counts them
-// allocated.
-func (d *driver) offer(claims claimstate.Claims) []resourceapi.Device {
+// allocated. A device this driver has offered before that its plugin now
+// calls unusable, or no longer reports at all, stays with a device taint
+// (taint) instead of vanishing, until it is usable again. Called with mu
+// held.
+func (d *driver) offer(claims claimstate.Claims, now time.Time) []resourceapi.Device {
 	var out []resourceapi.Device
+	listed := map[string]bool{} // names offered or held by another caller
 	for _, dev := range d.inv.Devices {
-		if _, ours := claims[dev.HeldBy]; dev.HeldBy != "" && !ours {
-			continue
-		}
 		name, err := devname.Name(dev.Key)
 		if err != nil {
 			if !d.unnamed[dev.Key] {
@@ -69,7 +81,13 @@ func (d *driver) offer(claims claimstate.Claims) []resourceapi.Device {
 			}
 			continue
 		}
-		out = append(out, resourceapi.Device{Name: name, Attributes: attributes(dev)})
+		listed[name] = true
+		if _, ours := claims[dev.HeldBy]; dev.HeldBy != "" && !ours {
+			continue
+		}
+		sd := resourceapi.Device{Name: name, Attributes: attributes(dev)}
+		d.known[name] = sd
+		out = append(out, sd)
 	}
 	for _, k := range d.inv.Skipped {
 		if !d.unnamed[k] {
@@ -77,7 +95,107 @@ func (d *driver) offer(claims claimstate.Claims) []resourceapi.Device {
 			d.unnamed[k] = true
 		}
 	}
+	unusable := d.unusable(claims)
+	for _, name := range slices.Sorted(maps.Keys(d.known)) {
+		if listed[name] {
+			delete(d.unhealthy, name)
+			continue
+		}
+		key, _ := devname.Key(name)
+		reason, reported := unusable[key]
+		switch {
+		case reported && reason == "":
+			delete(d.unhealthy, name)
+			continue // held by another caller: not ill health
+		case !reported:
+			reason = "the plugin no longer reports the device"
+		}
+		u, ok := d.unhealthy[name]
+		if !ok {
+			u.since = now
+		}
+		u.reason = reason
+		d.unhealthy[name] = u
+		known := d.known[name]
+		sd := *known.DeepCopy()
+		sd.Taints = []resourceapi.DeviceTaint{d.taint(u)}
+		out = append(out, sd)
+	}
 	return out
+}
+
+// unhealthy is why a published device is unusable, and since when.
+type unhealthy struct {
+	reason string
+	since  time.Time
+}
+
+// unusable returns, by key, the reason the plugins give for each device
+// they report unusable, and "" for a device held by a request-id that is
+// not one of this driver's claims; the first config's report counts.
+// Called with mu held.
+func (d *driver) unusable(claims claimstate.Claims) map[string]string {
+	out := map[string]string{}
+	for _, devs := range d.answers {
+		for _, dev := range devs {
+			if _, done := out[dev.Key]; done {
+				continue
+			}
+			_, ours := claims[dev.HeldBy]
+			switch {
+			case dev.HeldBy != "" && !ours:
+				out[dev.Key] = ""
+			case !dev.Usable:
+				out[dev.Key] = dev.Reason
+				if dev.Reason == "" {
+					out[dev.Key] = "unusable"
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TaintSuffix ends the key of the taint an unusable device gets:
+// <driver>/unusable, in the driver's domain.
+const TaintSuffix = "unusable"
+
+// taint is the device taint of an unusable device: the key in the
+// driver's domain, the plugin's reason made a label value, the effect the
+// driver was started with (NoSchedule unless --taint-effect says
+// NoExecute), and the time it was first seen so.
+func (d *driver) taint(u unhealthy) resourceapi.DeviceTaint {
+	t := metav1.NewTime(u.since.Truncate(time.Second))
+	return resourceapi.DeviceTaint{Key: d.name + "/" + TaintSuffix, Value: TaintValue(u.reason), Effect: d.effect, TimeAdded: &t}
+}
+
+// TaintValue makes a reason a taint value, which must be a label value:
+// at most 63 characters of letters, digits, "-", "_" and ".", beginning
+// and ending with a letter or digit. Every other run of characters
+// becomes one "-": "no /dev node" becomes "no-dev-node".
+func TaintValue(reason string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range reason {
+		ok := r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_' || r == '.')
+		switch {
+		case ok:
+			b.WriteRune(r)
+			dash = false
+		case !dash:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	v := b.String()
+	if len(v) > validation.LabelValueMaxLength {
+		v = v[:validation.LabelValueMaxLength]
+	}
+	v = strings.TrimFunc(v, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	if v == "" {
+		return "unusable"
+	}
+	return v
 }
 
 // attributes describes a device to DeviceClass and claim selectors.

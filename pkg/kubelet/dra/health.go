@@ -1,0 +1,67 @@
+package dra
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: the kubelet's
+// resource health stream (NodeWatchResources), which it shows in the
+// status of the pods that hold the devices. Every device of the slice is
+// Healthy, but a tainted one (offer) is Unhealthy with the plugin's reason
+// as message. A report goes out at once, again whenever the slice
+// changes, and every poll interval in between, since the kubelet calls a
+// device's health unknown when no report came within its timeout.
+func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	tick := time.NewTicker(d.every)
+	defer tick.Stop()
+	for {
+		d.mu.Lock()
+		report, changed := d.healthReport(), d.changed
+		d.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// healthReport is the health of every device offered. Called with mu
+// held.
+func (d *driver) healthReport() kubeletplugin.DeviceHealthReport {
+	timeout := max(30*time.Second, 3*d.every)
+	var r kubeletplugin.DeviceHealthReport
+	for _, dev := range d.offered {
+		h := kubeletplugin.DeviceHealth{PoolName: d.node, DeviceName: dev.Name, Health: kubeletplugin.HealthStatusHealthy,
+			LastUpdated: d.refreshed, HealthCheckTimeout: timeout}
+		if u, ok := d.unhealthy[dev.Name]; ok && len(dev.Taints) > 0 {
+			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, u.reason
+		}
+		r.Devices = append(r.Devices, h)
+	}
+	return r
+}
+
+// reported returns the first config that reports key, and its report.
+// Called with mu held.
+func (d *driver) reported(key string) (int, protocol.DeviceInfo, bool) {
+	for i, devs := range d.answers {
+		for _, dev := range devs {
+			if dev.Key == key {
+				return i, dev, true
+			}
+		}
+	}
+	return 0, protocol.DeviceInfo{}, false
+}
