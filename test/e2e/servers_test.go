@@ -281,20 +281,32 @@ func TestCompanionsInCDISpec(t *testing.T) {
 	}
 	var spec struct {
 		Devices []struct {
+			Name           string
 			ContainerEdits struct {
 				DeviceNodes []struct{ Path string } `json:"deviceNodes"`
 			} `json:"containerEdits"`
 		} `json:"devices"`
 	}
-	if err := json.Unmarshal(b, &spec); err != nil || len(spec.Devices) != 1 {
+	if err := json.Unmarshal(b, &spec); err != nil {
 		t.Fatalf("spec: %v %s", err, b)
 	}
-	var paths []string
-	for _, d := range spec.Devices[0].ContainerEdits.DeviceNodes {
-		paths = append(paths, d.Path)
+	got := map[string]string{}
+	for _, d := range spec.Devices {
+		var paths []string
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			paths = append(paths, n.Path)
+		}
+		got[d.Name] = strings.Join(paths, " ")
 	}
-	if got, want := strings.Join(paths, " "), gpuNodes([]int{1, 2}, nil, "/dev/kfd"); got != want {
-		t.Fatalf("spec nodes:\n got %s\nwant %s", got, want)
+	// The request's own entry: every node, the shared one once; each
+	// device's entry (docs/cdi-bridge.md): its nodes and the shared ones.
+	want := map[string]string{
+		"pod1":              gpuNodes([]int{1, 2}, nil, "/dev/kfd"),
+		"pod1_0000:08:00.0": gpuNodes([]int{1}, nil, "/dev/kfd"),
+		"pod1_0000:09:00.0": gpuNodes([]int{2}, nil, "/dev/kfd"),
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("spec entries:\n got %v\nwant %v", got, want)
 	}
 }
 
