@@ -263,20 +263,8 @@ func TestTally(t *testing.T) {
 			t.Fatalf("decodeTally(%v) = %v %v", tl, got, err)
 		}
 		for set := 1; set < 1<<len(kinds); set++ {
-			var want []string
-			for k, kind := range kinds {
-				if set&(1<<k) != 0 {
-					want = append(want, kind)
-				}
-			}
-			raw, _ := json.Marshal(map[string]any{"want_device_nodes": want})
-			f := filterOf(t, string(raw))
-			usable := 0
-			for _, g := range judge(facts, f) {
-				if g.Reason == "" {
-					usable++
-				}
-			}
+			want, f := wanting(t, set)
+			usable := usableOf(facts, f)
 			n, err := count(enc, f)
 			if got := tl.usable(f.mask()); err != nil || got != n || got != usable {
 				t.Errorf("full=%v %v: tally %d, count %d %v, judge %d", full, want, got, n, err, usable)
@@ -289,6 +277,30 @@ func TestTally(t *testing.T) {
 			t.Errorf("decodeTally(%x) accepted", bad)
 		}
 	}
+}
+
+// wanting is the filter of a config wanting the node kinds of set (bit
+// 1<<kind), and those kinds' names.
+func wanting(t *testing.T, set int) ([]string, filter) {
+	var want []string
+	for k, kind := range []string{sysfs.Primary, sysfs.Render, sysfs.Control} {
+		if set&(1<<k) != 0 {
+			want = append(want, kind)
+		}
+	}
+	raw, _ := json.Marshal(map[string]any{"want_device_nodes": want})
+	return want, filterOf(t, string(raw))
+}
+
+// usableOf counts the devices judge calls usable under f.
+func usableOf(facts []fact, f filter) int {
+	usable := 0
+	for _, g := range judge(facts, f) {
+		if g.Reason == "" {
+			usable++
+		}
+	}
+	return usable
 }
 
 // FuzzTally: any summary either fails to decode or encodes back to the
@@ -335,20 +347,8 @@ func FuzzTally(f *testing.F) {
 		}
 		enc := encodeFacts(facts, false)
 		for set := 1; set < 1<<len(kinds); set++ {
-			var want []string
-			for k, kind := range kinds {
-				if set&(1<<k) != 0 {
-					want = append(want, kind)
-				}
-			}
-			raw, _ := json.Marshal(map[string]any{"want_device_nodes": want})
-			flt := filterOf(t, string(raw))
-			usable := 0
-			for _, g := range judge(facts, flt) {
-				if g.Reason == "" {
-					usable++
-				}
-			}
+			want, flt := wanting(t, set)
+			usable := usableOf(facts, flt)
 			n, err := count(enc, flt)
 			if got := tl.usable(flt.mask()); err != nil || got != usable || got != n {
 				t.Fatalf("tally %v wanting %v: usable %d, judge %d, count %d %v", tl, want, got, usable, n, err)
