@@ -173,3 +173,32 @@ func (c Config) DecodeArgs(dst any) error {
 	}
 	return DecodeStrict(c.Args, dst)
 }
+
+// EditArgs decodes the config JSON raw, lets edit change its args'
+// members (an empty map for a config without args), and encodes the
+// config again with them. When edit reports no change, raw comes back as
+// it is. Callers that adjust a config before running a plugin (the
+// Kubernetes bridge's cdi_spec, a claim's settings) share it.
+func EditArgs(raw []byte, edit func(args map[string]json.RawMessage) (bool, error)) ([]byte, error) {
+	var conf map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &conf); err != nil {
+		return nil, err
+	}
+	args := map[string]json.RawMessage{}
+	if a, ok := conf["args"]; ok && string(a) != "null" {
+		if err := json.Unmarshal(a, &args); err != nil {
+			return nil, fmt.Errorf("args: %w", err)
+		}
+	}
+	changed, err := edit(args)
+	if err != nil {
+		return nil, err
+	}
+	if !changed {
+		return raw, nil
+	}
+	if conf["args"], err = json.Marshal(args); err != nil {
+		return nil, err
+	}
+	return json.Marshal(conf)
+}

@@ -220,13 +220,13 @@ func (p *plugin) withoutDRM(facts []fact) []protocol.DeviceInfo {
 		if err != nil {
 			continue
 		}
-		class := lower(dir.Attr("class"))
+		if !strings.HasPrefix(lower(dir.Attr("class")), "0x03") {
+			dir.Close()
+			continue // not a display controller: nothing more to read
+		}
 		ft := fact{sys: addr, flags: isPCI}
 		ft.readPCI(dir, true)
 		dir.Close()
-		if !strings.HasPrefix(class, "0x03") {
-			continue
-		}
 		why := p.filter.check(&ft, addr)
 		if why == "" {
 			why = noDRM(ft.flags)

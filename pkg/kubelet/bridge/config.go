@@ -8,6 +8,7 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // LogProblems logs what Configs found wrong with the config files: a file
@@ -56,29 +57,18 @@ func Configs(dir string, types []string, prefix, specDir string) (map[string][]c
 // withSpec returns the config with a cdi_spec arg of kind in dir added,
 // unless it has one.
 func withSpec(raw []byte, kind, dir string) ([]byte, error) {
-	var conf map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &conf); err != nil {
-		return nil, err
-	}
-	args := map[string]json.RawMessage{}
-	if a, ok := conf["args"]; ok && string(a) != "null" {
-		if err := json.Unmarshal(a, &args); err != nil {
-			return nil, fmt.Errorf("args: %w", err)
+	return protocol.EditArgs(raw, func(args map[string]json.RawMessage) (bool, error) {
+		if _, ok := args["cdi_spec"]; ok {
+			return false, nil
 		}
-	}
-	if _, ok := args["cdi_spec"]; ok {
-		return raw, nil
-	}
-	spec, err := json.Marshal(cdispec.Config{Kind: kind, Dir: dir})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := cdispec.Parse(spec); err != nil {
-		return nil, fmt.Errorf("--resource-prefix or --cdi-spec-dir: %w", err)
-	}
-	args["cdi_spec"] = spec
-	if conf["args"], err = json.Marshal(args); err != nil {
-		return nil, err
-	}
-	return json.Marshal(conf)
+		spec, err := json.Marshal(cdispec.Config{Kind: kind, Dir: dir})
+		if err != nil {
+			return false, err
+		}
+		if _, err := cdispec.Parse(spec); err != nil {
+			return false, fmt.Errorf("--resource-prefix or --cdi-spec-dir: %w", err)
+		}
+		args["cdi_spec"] = spec
+		return true, nil
+	})
 }

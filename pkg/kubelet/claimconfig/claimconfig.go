@@ -143,20 +143,8 @@ func (s Settings) Apply(raw []byte) ([]byte, error) {
 	if len(s) == 0 {
 		return raw, nil
 	}
-	var conf map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &conf); err != nil {
-		return nil, err
-	}
-	args := map[string]json.RawMessage{}
-	if a, ok := conf["args"]; ok && string(a) != "null" {
-		if err := json.Unmarshal(a, &args); err != nil {
-			return nil, fmt.Errorf("args: %w", err)
-		}
-	}
-	maps.Copy(args, s)
-	var err error
-	if conf["args"], err = json.Marshal(args); err != nil {
-		return nil, err
-	}
-	return json.Marshal(conf)
+	return protocol.EditArgs(raw, func(args map[string]json.RawMessage) (bool, error) {
+		maps.Copy(args, s)
+		return true, nil
+	})
 }
