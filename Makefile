@@ -36,7 +36,7 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster unit lint demo bench fuzz clean
+.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster unit lint demo bench fuzz clean helm manifests
 
 all: build
 
@@ -100,9 +100,22 @@ deb: build
 REPORT := $(GO) run ./test/testreport --
 
 # The whole suite: lint, unit tests, fuzz seed corpora and the end-to-end
-# tests against the binaries in $(BIN)/.
-test: build lint
-	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) $(REPORT) $(GO) test -json -count=1 ./...)
+# tests against the binaries in $(BIN)/. The Helm chart's tests render it
+# with helm.
+test: build lint helm
+	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) CDI_TEST_HELM=$(HELM) $(REPORT) $(GO) test -json -count=1 ./...)
+
+# helm, built from its Go module into the real-node tools' cache (pinned in
+# test/k8s/build-tools.sh; about 2 minutes the first time).
+E2E_CACHE := $(or $(CDI_E2E_CACHE),$(HOME)/.cache/cdi-e2e)
+HELM      := $(E2E_CACHE)/bin/helm
+helm:
+	./test/k8s/build-tools.sh helm
+
+# deploy/ is rendered from the chart (deploy/helm/cdi-exec-plugins): after
+# changing the chart, this writes deploy/ anew; make test fails until then.
+manifests: helm
+	CDI_TEST_HELM=$(HELM) $(GO) test -count=1 -run TestChartRendersDeploy ./test/manifests -update
 
 # The end-to-end tests E2E_COUNT more times (CI runs it after test), so
 # that a flaky test fails instead of slipping through.

@@ -9,6 +9,7 @@
 #       supported release): a copy of test/k8s/tools with its go.mod made
 #       for that version, in $CACHE/src/tools-$K8S_VERSION
 #   containerd, containerd-shim-runc-v2, ctr   CONTAINERD_VERSION below
+#   helm             HELM_VERSION below, from its Go module (helm.sh/helm/v4)
 #   runc, podman, busybox-static, etcd-server  from Debian
 #
 # The cache is ${CDI_E2E_CACHE:-$HOME/.cache/cdi-e2e}. Each version builds
@@ -16,9 +17,13 @@
 # completed), and $CACHE/bin links the current ones. A second run only
 # checks, and relinks $CACHE/bin when K8S_VERSION names another cached
 # version. A cold build takes about 20 minutes on 2 cores.
+#
+# "build-tools.sh helm" builds only helm (about 2 minutes cold): make test
+# renders the chart with it (make manifests).
 set -euo pipefail
 
 CONTAINERD_VERSION=v2.2.9
+HELM_VERSION=v4.3.1
 TOOLS=$(cd "$(dirname "$0")/tools" && pwd)
 CACHE=${CDI_E2E_CACHE:-$HOME/.cache/cdi-e2e}
 PINNED=$(cd "$TOOLS" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
@@ -97,6 +102,16 @@ build_containerd() {
 		$(for b in $CONTAINERD_BINS; do printf '%s/%s@%s ' $pkg "$b" $CONTAINERD_VERSION; done)
 }
 
+build_helm() {
+	GOBIN=$out go install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+	"$out/helm" version >/dev/null
+}
+
+if [ "${1:-}" = helm ]; then
+	build helm "$HELM_VERSION" helm build_helm
+	exit 0
+fi
+
 # --pin VERSION rewrites test/k8s/tools/go.mod and go.sum for VERSION, the
 # way a maintainer moves the pinned release; it builds nothing.
 if [ "${1:-}" = --pin ]; then
@@ -111,4 +126,5 @@ fi
 debs
 build containerd "$CONTAINERD_VERSION" "$CONTAINERD_BINS" build_containerd
 build kubernetes "$K8S_VERSION" "$K8S_BINS" build_k8s
+build helm "$HELM_VERSION" helm build_helm
 log "tools in $CACHE/bin"

@@ -14,9 +14,11 @@ import (
 )
 
 // client talks to the kubelet's and the API server's REST APIs over TLS,
-// trusting only the test's CA, with an optional client certificate.
+// trusting only the test's CA, with an optional client certificate or
+// bearer token.
 type client struct {
-	http *http.Client
+	http  *http.Client
+	token string
 }
 
 func newClient(p *pki, cert, key string) (*client, error) {
@@ -46,6 +48,9 @@ func (c *client) do(ctx context.Context, method, url string, body []byte) ([]byt
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -108,6 +113,7 @@ type ContainerStatus struct {
 	Name         string `json:"name"`
 	ContainerID  string `json:"containerID"`
 	RestartCount int    `json:"restartCount"`
+	Ready        bool   `json:"ready"` // its readinessProbe passes
 	State        struct {
 		Running *struct{} `json:"running"`
 		Waiting *struct {

@@ -27,7 +27,7 @@ import (
 const (
 	draNamespace = "cdi-exec"
 	draDriver    = "tty.cdi-exec.io"
-	draSelector  = "app.kubernetes.io%2Fname%3Dcdi-dra"
+	draSelector  = "app.kubernetes.io%2Fcomponent%3Ddra"
 )
 
 // repoRoot is the repository, two levels above this package.

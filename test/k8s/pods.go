@@ -131,6 +131,20 @@ func Running(p Pod, ok bool) error {
 	return fmt.Errorf("phase %s %s %s: containers %s", p.Status.Phase, p.Status.Reason, p.Status.Message, states(p))
 }
 
+// Ready holds when the pod's containers run and are ready (their
+// readiness probes pass).
+func Ready(p Pod, ok bool) error {
+	if err := Running(p, ok); err != nil {
+		return err
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if !c.Ready {
+			return fmt.Errorf("container %s runs, not ready", c.Name)
+		}
+	}
+	return nil
+}
+
 // Succeeded holds when the pod ran to completion.
 func Succeeded(p Pod, ok bool) error {
 	if !ok {

@@ -62,12 +62,14 @@ func TestDecode(t *testing.T) {
 		{".", []string{
 			"00-namespace.yaml: Namespace cdi-exec",
 			"10-rbac.yaml: ServiceAccount cdi-dra",
-			"10-rbac.yaml: ClusterRole cdi-exec:dra-driver",
-			"10-rbac.yaml: ClusterRoleBinding cdi-exec:dra-driver",
+			"10-rbac.yaml: ClusterRole cdi-dra",
+			"10-rbac.yaml: ClusterRoleBinding cdi-dra",
 			"20-configmap.yaml: ConfigMap cdi-plugin-configs",
 			"30-daemonset.yaml: DaemonSet cdi-dra",
-			"40-deviceclasses.yaml: DeviceClass tty.cdi-exec.io",
 			"40-deviceclasses.yaml: DeviceClass gpu.cdi-exec.io",
+			"40-deviceclasses.yaml: DeviceClass tty.cdi-exec.io",
+			"50-admissionpolicy.yaml: ValidatingAdmissionPolicy cdi-resourceslices",
+			"50-admissionpolicy.yaml: ValidatingAdmissionPolicyBinding cdi-resourceslices",
 		}},
 		{"device-plugin", []string{"daemonset.yaml: DaemonSet cdi-device-plugin"}},
 		{"example", []string{
@@ -157,6 +159,7 @@ func TestDRADeployment(t *testing.T) {
 		"[resource.k8s.io] [resourceslices] [list watch create update delete]",
 		"[resource.k8s.io] [resourceclaims] [get]",
 		"[] [nodes] [get]",
+		"[events.k8s.io] [events] [create update patch]",
 	}
 	if !slices.Equal(rules, want) {
 		t.Errorf("rules %q, want the least the driver needs %q", rules, want)

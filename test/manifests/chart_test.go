@@ -1,0 +1,266 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+var update = flag.Bool("update", false, "render deploy/ from the chart (make manifests)")
+
+// chart is the Helm chart; deploy/ is rendered from it.
+const chart = deploy + "/helm/cdi-exec-plugins"
+
+// Rendered are the files of deploy/ that the chart renders, with the
+// release name "cdi" in the namespace of deploy/00-namespace.yaml: each
+// is one template, with the values that make it.
+var rendered = []struct {
+	file, template string
+	values         []string
+}{
+	{"10-rbac.yaml", "rbac.yaml", nil},
+	{"20-configmap.yaml", "configmap.yaml", nil},
+	{"30-daemonset.yaml", "daemonset.yaml", nil},
+	{"40-deviceclasses.yaml", "deviceclasses.yaml", nil},
+	{"50-admissionpolicy.yaml", "admissionpolicy.yaml", nil},
+	{"device-plugin/daemonset.yaml", "daemonset.yaml", []string{"mode=device-plugin"}},
+}
+
+const renderedHeader = `# Rendered from the Helm chart deploy/helm/cdi-exec-plugins by make
+# manifests (helm template cdi -n cdi-exec%s --show-only templates/%s).
+# Edit the chart, not this file: make test fails when they differ.
+`
+
+// helm runs the helm binary that make test builds (CDI_TEST_HELM).
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	bin := os.Getenv("CDI_TEST_HELM")
+	if bin == "" {
+		t.Skip("CDI_TEST_HELM is not set: make test builds helm (test/k8s/build-tools.sh helm) and sets it")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// No user's helm configuration or cache plays a part.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// template renders the chart with the values set.
+func template(t *testing.T, values ...string) (string, error) {
+	args := []string{"template", "cdi", chart, "--namespace", namespace}
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
+	return helm(t, args...)
+}
+
+// TestChartRendersDeploy checks that each rendered file of deploy/ is what
+// the chart renders; with -update it writes them.
+func TestChartRendersDeploy(t *testing.T) {
+	for _, r := range rendered {
+		args := []string{"template", "cdi", chart, "--namespace", namespace, "--show-only", "templates/" + r.template}
+		set := ""
+		for _, v := range r.values {
+			args = append(args, "--set", v)
+			set += " --set " + v
+		}
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(renderedHeader, set, r.template) + strings.TrimPrefix(out, "---\n")
+		path := filepath.Join(deploy, r.file)
+		if *update {
+			if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("deploy/%s is not what the chart renders: run make manifests\n--- rendered:\n%s", r.file, want)
+		}
+	}
+}
+
+// TestChartLint runs helm lint --strict on the chart in both modes.
+func TestChartLint(t *testing.T) {
+	for _, mode := range []string{"dra", "device-plugin"} {
+		if out, err := helm(t, "lint", "--strict", chart, "--set", "mode="+mode); err != nil {
+			t.Errorf("mode %s: %v\n%s", mode, err, out)
+		}
+	}
+}
+
+// rendering is what the chart renders with some values, read strictly as
+// k8s.io/api types.
+func rendering(t *testing.T, values ...string) []Object {
+	t.Helper()
+	out, err := template(t, values...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "chart.yaml")
+	if err := writeFile(path, out); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Load(path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return objs
+}
+
+func container(t *testing.T, objs []Object) corev1.Container {
+	t.Helper()
+	return find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec.Containers[0]
+}
+
+func count[T any](objs []Object) int {
+	n := 0
+	for _, o := range objs {
+		if _, ok := o.Obj.(T); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// TestChartValues checks what the values change in the rendered objects.
+func TestChartValues(t *testing.T) {
+	t.Run("defaults", func(t *testing.T) {
+		objs := rendering(t)
+		c := container(t, objs)
+		for _, arg := range []string{"--metrics-address=:9470", "--pod-uid=$(POD_UID)", "--v=0", "--logging-format=text"} {
+			if !slices.Contains(c.Args, arg) {
+				t.Errorf("args %q lack %s", c.Args, arg)
+			}
+		}
+		if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Errorf("probes %+v %+v", c.LivenessProbe, c.ReadinessProbe)
+		}
+		if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 9470 || c.Ports[0].Name != "metrics" {
+			t.Errorf("ports %+v", c.Ports)
+		}
+		pod := find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec
+		if pod.PriorityClassName != "system-node-critical" {
+			t.Errorf("priority class %q", pod.PriorityClassName)
+		}
+		if n := count[*admissionv1.ValidatingAdmissionPolicy](objs); n != 1 {
+			t.Errorf("%d admission policies", n)
+		}
+	})
+	t.Run("device-plugin", func(t *testing.T) {
+		objs := rendering(t, "mode=device-plugin")
+		for name, n := range map[string]int{
+			"DeviceClass":               count[*resourceapi.DeviceClass](objs),
+			"ServiceAccount":            count[*corev1.ServiceAccount](objs),
+			"ValidatingAdmissionPolicy": count[*admissionv1.ValidatingAdmissionPolicy](objs),
+		} {
+			if n != 0 {
+				t.Errorf("%d of %s in the device-plugin mode", n, name)
+			}
+		}
+		ds := find[*appsv1.DaemonSet](t, objs)
+		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
+			t.Errorf("the device-plugin mode serves a resource from one pod at a time; update strategy %+v", ds.Spec.UpdateStrategy)
+		}
+	})
+	t.Run("metrics off", func(t *testing.T) {
+		c := container(t, rendering(t, "metrics.enabled=false"))
+		if c.LivenessProbe != nil || c.ReadinessProbe != nil || len(c.Ports) != 0 || slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-address") }) {
+			t.Errorf("metrics off, yet %q, %+v, %+v", c.Args, c.Ports, c.LivenessProbe)
+		}
+	})
+	t.Run("no pod uid", func(t *testing.T) {
+		objs := rendering(t, "dra.podUID=false")
+		if slices.Contains(container(t, objs).Args, "--pod-uid=$(POD_UID)") {
+			t.Error("--pod-uid with dra.podUID=false")
+		}
+		if ru := find[*appsv1.DaemonSet](t, objs).Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 {
+			t.Errorf("a surge without --pod-uid: %+v", ru)
+		}
+	})
+	t.Run("host paths and suffix", func(t *testing.T) {
+		objs := rendering(t, "hostPaths.kubeletDir=/var/lib/k0s/kubelet", "driverSuffix=example.com", "types.tty.extendedResourceName=")
+		c := container(t, objs)
+		if !slices.Contains(c.Args, "--kubelet-dir=/var/lib/k0s/kubelet") || !slices.Contains(c.Args, "--driver-suffix=example.com") {
+			t.Errorf("args %q", c.Args)
+		}
+		checkMounts(t, find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec, map[string]string{
+			"/var/lib/k0s/kubelet/plugins": "/var/lib/k0s/kubelet/plugins",
+		})
+		for _, o := range objs {
+			if dc, ok := o.Obj.(*resourceapi.DeviceClass); ok && dc.Name == "tty.example.com" && dc.Spec.ExtendedResourceName != nil {
+				t.Errorf("DeviceClass %s: extendedResourceName %q, set empty", dc.Name, *dc.Spec.ExtendedResourceName)
+			}
+		}
+		vap := find[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+		if last := vap.Spec.Validations[len(vap.Spec.Validations)-1].Expression; !strings.Contains(last, "'.example.com'") {
+			t.Errorf("the policy's driver check %q is not for the suffix", last)
+		}
+	})
+	t.Run("service monitor", func(t *testing.T) {
+		out, err := template(t, "metrics.serviceMonitor.enabled=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "kind: ServiceMonitor") || !strings.Contains(out, "clusterIP: None") {
+			t.Errorf("no ServiceMonitor and headless Service:\n%s", out)
+		}
+	})
+	t.Run("config change rolls the pods", func(t *testing.T) {
+		sum := func(values ...string) string {
+			return find[*appsv1.DaemonSet](t, rendering(t, values...)).Spec.Template.Annotations["checksum/config"]
+		}
+		before, after := sum(), sum("types.tty.config.args.num_system_reserved=20")
+		if before == "" || before == after {
+			t.Errorf("checksum/config %q, after a config change %q", before, after)
+		}
+	})
+}
+
+// TestChartRefuses checks that values the chart cannot render are refused
+// with a message that says which.
+func TestChartRefuses(t *testing.T) {
+	for _, tt := range []struct {
+		values []string
+		want   string
+	}{
+		{[]string{"mode=both"}, "/mode"},
+		{[]string{"types.tty.config.type=serial"}, "types.tty.config.type"},
+		{[]string{"logging.format=xml"}, "/logging/format"},
+		{[]string{"dra.taintEffect=Evict"}, "/dra/taintEffect"},
+		{[]string{"metrics.port=0"}, "/metrics/port"},
+		{[]string{"hostPaths.kubeletDir=var/lib/kubelet"}, "/hostPaths/kubeletDir"},
+		{[]string{"loging.format=json"}, "loging"},
+	} {
+		if out, err := template(t, tt.values...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want an error naming %s\n%s", tt.values, err, tt.want, out)
+		}
+	}
+}
