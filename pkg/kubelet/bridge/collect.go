@@ -62,6 +62,7 @@ func (r *resource) free(ctx context.Context, v gc.Verdict) {
 		return
 	}
 	r.gc.Forget(v.ID)
+	r.metrics.GCFreed(r.name)
 	reason := "absent from PodResources"
 	if !held {
 		reason += "; it held nothing any more"
