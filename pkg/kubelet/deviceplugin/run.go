@@ -44,7 +44,7 @@ type Plugin struct {
 	// registration; again is false for the first one.
 	OnRegister func(again bool)
 
-	registered atomic.Bool // with the kubelet whose socket is there now
+	registered atomic.Bool // with the kubelet whose socket is there now; false once Run returns
 }
 
 // ident tells one file from another that replaced it under the same name;
@@ -77,6 +77,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	var own, kubelet ident // what is served and what was registered with
 	var failed ident       // the kubelet socket the last registration failed on
 	defer func() {
+		p.registered.Store(false)
 		if srv != nil {
 			srv.Stop()
 			p.removeSocket(own)

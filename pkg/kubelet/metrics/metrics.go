@@ -83,7 +83,7 @@ func New() *Metrics {
 		}, []string{"driver"}),
 		gcFrees: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cdi_exec_device_plugin_gc_frees_total",
-			Help: "Allocations the device-plugin mode freed because the kubelet no longer listed them.",
+			Help: "Allocations that held devices and that the device-plugin mode freed because the kubelet no longer listed them.",
 		}, []string{"resource"}),
 		pollErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cdi_exec_poll_errors_total",
@@ -144,7 +144,7 @@ func (m *Metrics) Published(driver string, healthy, unhealthy int) {
 func (m *Metrics) StaleClaimFreed(driver string) { m.staleFreed.WithLabelValues(driver).Inc() }
 
 // GCFreed counts an allocation the device-plugin mode's garbage collector
-// freed for resource.
+// freed for resource (one that still held devices).
 func (m *Metrics) GCFreed(resource string) { m.gcFrees.WithLabelValues(resource).Inc() }
 
 // PollFailed counts a failed poll of a driver's (or resource's) devices.
