@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	defer klog.Flush()
 	opt.Metrics = metrics.New()
-	opt.Caller.Observer = opt.Metrics
+	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
 	b, err := bridge.New(*opt)
 	if err != nil {
 		opt.Log.Error("cannot start", "err", err)

@@ -79,7 +79,7 @@ func runDRA(ctx context.Context, args []string, e env) int {
 		return exitFailed
 	}
 	opt.Metrics = metrics.New()
-	opt.Caller.Observer = opt.Metrics
+	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
 	events, stopEvents := eventBroadcaster(ctx, opt.Client)
 	defer stopEvents()
 	opt.Events = events

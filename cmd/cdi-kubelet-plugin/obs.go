@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/component-base/featuregate"
@@ -81,6 +82,18 @@ func (o *observability) serve(ctx context.Context, log *slog.Logger, m *metrics.
 	}()
 	log.Info("serving metrics and probes", "address", srv.Addr().String())
 	return func() { cancel(); <-done }, nil
+}
+
+// runLog is the Caller's observer: it counts every plugin run in the
+// metrics and logs it at verbosity 4 (--v=4).
+type runLog struct {
+	metrics *metrics.Metrics
+	log     *slog.Logger
+}
+
+func (r runLog) ObservePluginRun(plugin, command string, code int, took time.Duration) {
+	r.metrics.ObservePluginRun(plugin, command, code, took)
+	r.log.Debug("plugin run", "plugin", plugin, "command", command, "code", code, "took", took.Round(time.Microsecond))
 }
 
 // printDefaults prints the flags of fs as Kubernetes components show
