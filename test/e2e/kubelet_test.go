@@ -96,7 +96,7 @@ func TestKubeletPluginBinary(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(k.PluginDir(), reg.Endpoint)); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
 	}
-	if got := strings.Count(logs.String(), "msg=allocate "); got != 3 {
+	if got := strings.Count(logs.String(), `] "allocate" `); got != 3 {
 		t.Fatalf("%d Allocate log lines, want 3:\n%s", got, logs.String())
 	}
 	// The allocations outlive the bridge: only its garbage collector frees
