@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,24 +21,6 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	kubelettest.Main(m, "cdi-kubelet-plugin", "../../plugins/...", &binDir)
-}
-
-// syncBuffer is a buffer the command writes and the test reads at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // klogLine is a line of klog's text format: severity, date, time, pid,
@@ -74,7 +54,7 @@ func TestDevicePluginObserved(t *testing.T) {
 			getenv := func(key string) string {
 				return map[string]string{"CDI_PATH": binDir, "CDI_STATE_DIR": state, "CDI_HOST_ROOT": root}[key]
 			}
-			var stderr syncBuffer
+			var stderr kubelettest.Buffer
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan int, 1)
 			args := append([]string{"device-plugin", "--kubelet-dir", k.Root, "--conf-dir", conf, "--cdi-spec-dir", filepath.Join(dir, "cdi")}, tt.flags...)
@@ -138,7 +118,7 @@ func TestDevicePluginObserved(t *testing.T) {
 
 // waitFor waits until the log matches re, and returns the match's first
 // group.
-func waitFor(t *testing.T, log *syncBuffer, re *regexp.Regexp) string {
+func waitFor(t *testing.T, log *kubelettest.Buffer, re *regexp.Regexp) string {
 	t.Helper()
 	var m []string
 	poll(t, re.String()+" in the log", func() error {
