@@ -15,7 +15,7 @@ import (
 // The reasons of the Events a driver records on ResourceClaims.
 const (
 	ReasonPrepareFailed      = "PrepareFailed"      // Warning: the plugin's code and message
-	ReasonClaimRecordRefused = "ClaimRecordRefused" // Warning: the claim records are not this driver's
+	ReasonClaimRecordRefused = "ClaimRecordRefused" // Warning: the claim record file is not this driver's
 	ReasonStaleClaimFreed    = "StaleClaimFreed"    // Normal: the claim was gone, its devices are freed
 )
 
@@ -44,9 +44,7 @@ func (d *driver) event(claim *corev1.ObjectReference, eventType, reason, action,
 // prepareFailed records the Event of a failed prepare: the refused claim
 // records, or the plugin's protocol code and message.
 func (d *driver) prepareFailed(claim *corev1.ObjectReference, err error) {
-	var refused *claimstate.RefusedError
-	if errors.As(err, &refused) {
-		d.event(claim, corev1.EventTypeWarning, ReasonClaimRecordRefused, "Prepare", err.Error())
+	if d.recordRefused(claim, "Prepare", err) {
 		return
 	}
 	note := err.Error()
@@ -55,4 +53,15 @@ func (d *driver) prepareFailed(claim *corev1.ObjectReference, err error) {
 		note = fmt.Sprintf("plugin %s failed with code %d: %v", pe.Config.Plugin, pe.Code(), err)
 	}
 	d.event(claim, corev1.EventTypeWarning, ReasonPrepareFailed, "Prepare", note)
+}
+
+// recordRefused records the Event of a claim record file the driver
+// refuses to replace, when err is that, and reports whether it was.
+func (d *driver) recordRefused(claim *corev1.ObjectReference, action string, err error) bool {
+	var refused *claimstate.RefusedError
+	if !errors.As(err, &refused) {
+		return false
+	}
+	d.event(claim, corev1.EventTypeWarning, ReasonClaimRecordRefused, action, err.Error())
+	return true
 }

@@ -147,8 +147,11 @@ func TestMetricsAndEvents(t *testing.T) {
 	if r := n.prepare(ttyDriver, refused); !strings.Contains(r.Error, "never replaced") {
 		t.Fatalf("prepare with a foreign record file: %q", r.Error)
 	}
+	if r := n.unprepare(ttyDriver, good); !strings.Contains(r.Error, "never replaced") {
+		t.Fatalf("unprepare with a foreign record file: %q", r.Error)
+	}
 
-	evs := n.waitEvents(4)
+	evs := n.waitEvents(5)
 	for _, tt := range []struct {
 		claim, uid, typ, reason, action, note string
 	}{
@@ -156,6 +159,7 @@ func TestMetricsAndEvents(t *testing.T) {
 		{"unnamed", uid(3), "Warning", ReasonPrepareFailed, "Prepare", "TTY1"},
 		{"stale", uid(4), "Normal", ReasonStaleClaimFreed, "Free", "the ResourceClaim no longer exists, for 1m0s: devices [tty18] freed"},
 		{"refused", uid(5), "Warning", ReasonClaimRecordRefused, "Prepare", "never replaced"},
+		{"good", uid(1), "Warning", ReasonClaimRecordRefused, "Unprepare", "never replaced"},
 	} {
 		e, ok := evs[tt.claim]
 		switch {

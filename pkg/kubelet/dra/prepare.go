@@ -285,6 +285,7 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	log := d.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "took", time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		log.Error("unprepare failed", "err", err)
+		d.recordRefused(claimRef(c.Namespace, c.Name, c.UID), "Unprepare", err)
 		return err
 	}
 	log.Info("unprepare", "held", held)
