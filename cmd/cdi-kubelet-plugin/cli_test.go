@@ -34,6 +34,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"dra", "--node-name", "n", "extra"}, exitUsage, "", `unexpected argument "extra"`},
 		{[]string{"dra", "--node-name", "n", "--stale-interval", "0s"}, exitUsage, "", "--stale-interval must be positive"},
 		{[]string{"dra", "--node-name", "n", "--stale-grace", "-1s"}, exitUsage, "", "--stale-grace must not be negative"},
+		{[]string{"dra", "-node-name=n", "-stale-grace=-1s"}, exitUsage, "", "--stale-grace must not be negative"}, // one dash parses too
 		{[]string{"dra", "--node-name", "n", "--driver-suffix", "Not_DNS"}, exitUsage, "", "--driver-suffix"},
 		{[]string{"dra", "--node-name", "n", "--kubeconfig", "/nonexistent"}, exitFailed, "", "cannot reach the API server"},
 		{[]string{"device-plugin", "--nope"}, exitUsage, "", "flag provided but not defined: -nope"},
