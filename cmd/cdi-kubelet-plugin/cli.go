@@ -6,14 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/cdi-exec/plugins/pkg/buildinfo"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
+	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -53,10 +55,10 @@ func run(ctx context.Context, args []string, e env) int {
 		if len(args) == 0 {
 			out = e.stderr
 		}
-		fs, _ := flags(e)
+		fs, _, _ := flags(e)
 		fs.SetOutput(out)
 		fmt.Fprint(out, usageText)
-		fs.PrintDefaults()
+		printDefaults(fs)
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -70,11 +72,18 @@ func run(ctx context.Context, args []string, e env) int {
 		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin: unknown mode %q; the modes are device-plugin and dra\n", args[0])
 		return exitUsage
 	}
-	fs, opt := flags(e)
-	if code, ok := parseMode(e, fs, "device-plugin", usageText, args[1:], func() error { return validate(opt) }); !ok {
+	fs, opt, obs := flags(e)
+	if code, ok := parseMode(e, fs, "device-plugin", usageText, args[1:], func() error { return validate(opt, obs) }); !ok {
 		return code
 	}
-	opt.Log = slog.New(slog.NewTextHandler(e.stderr, nil))
+	var err error
+	if opt.Log, err = obs.logger(e.stderr); err != nil {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin device-plugin: %v\n", err)
+		return exitFailed
+	}
+	defer klog.Flush()
+	opt.Metrics = metrics.New()
+	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
 	b, err := bridge.New(*opt)
 	if err != nil {
 		opt.Log.Error("cannot start", "err", err)
@@ -86,6 +95,12 @@ func run(ctx context.Context, args []string, e env) int {
 		return exitFailed
 	}
 	defer lock.Release()
+	stop, err := obs.serve(ctx, opt.Log, opt.Metrics, b.Checks())
+	if err != nil {
+		opt.Log.Error("cannot start", "err", err)
+		return exitFailed
+	}
+	defer stop()
 	if err := b.Run(ctx); err != nil {
 		opt.Log.Error("stopped", "err", err)
 		return exitFailed
@@ -95,23 +110,25 @@ func run(ctx context.Context, args []string, e env) int {
 }
 
 // flags defines the device-plugin mode's flags over the options.
-func flags(e env) (*flag.FlagSet, *bridge.Options) {
+func flags(e env) (*flag.FlagSet, *bridge.Options, *observability) {
 	penv, _ := protocol.ReadEnv(e.getenv) // a bad CDI_LOCK_TIMEOUT is the plugins' to report
 	opt := &bridge.Options{}
-	fs := newFlagSet(e, penv, "cdi-kubelet-plugin device-plugin", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir)
+	obs := &observability{}
+	fs := newFlagSet(e, penv, "cdi-kubelet-plugin device-plugin", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir, obs)
 	fs.StringVar(&opt.Prefix, "resource-prefix", bridge.DefaultPrefix, "resources are named `PREFIX`/<type>")
 	fs.StringVar(&opt.KubeletDir, "kubelet-dir", bridge.DefaultKubeletDir, "the kubelet's root `DIR` (device-plugins/, pod-resources/)")
 	fs.DurationVar(&opt.Poll, "poll-interval", bridge.DefaultPoll, "how often the plugins' DEVICES are listed")
 	fs.DurationVar(&opt.GCInterval, "gc-interval", bridge.DefaultGCInterval, "how often the kubelet's PodResources are scanned")
 	fs.DurationVar(&opt.Grace, "gc-grace", bridge.DefaultGrace, "how long an allocation must be absent (and unallocated) before it is freed")
-	return fs, opt
+	return fs, opt, obs
 }
 
 // newFlagSet makes a mode's flag set with the flags both modes take: the
-// plugins' configs, the types served, the CDI spec directory and the bound
-// on one plugin run. The caller finds the plugins on penv's CDI_PATH, and
-// its CDI_CONF_DIR is the default of --conf-dir.
-func newFlagSet(e env, penv protocol.Env, name string, c *caller.Caller, confDir *string, types *[]string, specDir *string) *flag.FlagSet {
+// plugins' configs, the types served, the CDI spec directory, the bound
+// on one plugin run, the metrics address and the logging flags. The
+// caller finds the plugins on penv's CDI_PATH, and its CDI_CONF_DIR is the
+// default of --conf-dir.
+func newFlagSet(e env, penv protocol.Env, name string, c *caller.Caller, confDir *string, types *[]string, specDir *string, obs *observability) *flag.FlagSet {
 	c.Path = penv.Path
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -122,6 +139,7 @@ func newFlagSet(e env, penv protocol.Env, name string, c *caller.Caller, confDir
 	})
 	fs.StringVar(specDir, "cdi-spec-dir", cdispec.DefaultDir, "CDI spec `DIR` for configs without a cdi_spec arg")
 	fs.DurationVar(&c.Timeout, "plugin-timeout", 30*time.Second, "bound on one plugin run")
+	obs.addFlags(fs)
 	return fs
 }
 
@@ -137,7 +155,10 @@ func positive(flags map[string]time.Duration) error {
 }
 
 // validate checks the flags' values.
-func validate(opt *bridge.Options) error {
+func validate(opt *bridge.Options, obs *observability) error {
+	if err := obs.validate(); err != nil {
+		return err
+	}
 	if err := positive(map[string]time.Duration{
 		"--poll-interval": opt.Poll, "--gc-interval": opt.GCInterval, "--plugin-timeout": opt.Caller.Timeout,
 	}); err != nil {
@@ -156,7 +177,7 @@ func validate(opt *bridge.Options) error {
 // and exits 0; a parse error, a stray argument or a value validate refuses
 // exits with the usage status. ok is false when the mode must not run.
 func parseMode(e env, fs *flag.FlagSet, mode, usage string, args []string, validate func() error) (code int, ok bool) {
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); printDefaults(fs) }
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
 			fs.SetOutput(e.stdout)

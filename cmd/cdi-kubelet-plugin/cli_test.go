@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	logsapi "k8s.io/component-base/logs/api/v1"
+
 	"github.com/cdi-exec/plugins/pkg/kubelet/modelock"
 )
 
@@ -19,14 +21,20 @@ func TestUsage(t *testing.T) {
 		stderr string // a text stderr must contain
 	}{
 		{nil, exitUsage, "", "Usage: cdi-kubelet-plugin device-plugin"},
-		{[]string{"--help"}, exitOK, "-resource-prefix", ""},
-		{[]string{"device-plugin", "--help"}, exitOK, "-kubelet-dir", ""},
+		{[]string{"--help"}, exitOK, "\n  --resource-prefix PREFIX\n", ""},
+		{[]string{"device-plugin", "--help"}, exitOK, "\n  --metrics-address ADDR\n", ""},
+		{[]string{"device-plugin", "--help"}, exitOK, "\n  --logging-format string\n", ""},
 		{[]string{"cdi"}, exitUsage, "", `unknown mode "cdi"`},
 		{[]string{"dra"}, exitUsage, "", "--node-name is required"},
-		{[]string{"dra", "--help"}, exitOK, "-driver-suffix", ""},
+		{[]string{"dra", "--help"}, exitOK, "\n  --driver-suffix SUFFIX\n", ""},
+		{[]string{"dra", "-help"}, exitOK, "\n  --v value\n", ""},
+		{[]string{"dra", "--node-name", "n", "--logging-format", "xml"}, exitUsage, "", `format: Invalid value: "xml": Unsupported log format`},
+		{[]string{"device-plugin", "-logging-format=yaml"}, exitUsage, "", `format: Invalid value: "yaml": Unsupported log format`},
+		{[]string{"device-plugin", "--metrics-address", "256.0.0.1:1", "--conf-dir", "/nonexistent"}, exitFailed, "", "no usable config under /nonexistent"},
 		{[]string{"dra", "--node-name", "n", "extra"}, exitUsage, "", `unexpected argument "extra"`},
 		{[]string{"dra", "--node-name", "n", "--stale-interval", "0s"}, exitUsage, "", "--stale-interval must be positive"},
 		{[]string{"dra", "--node-name", "n", "--stale-grace", "-1s"}, exitUsage, "", "--stale-grace must not be negative"},
+		{[]string{"dra", "-node-name=n", "-stale-grace=-1s"}, exitUsage, "", "--stale-grace must not be negative"}, // one dash parses too
 		{[]string{"dra", "--node-name", "n", "--driver-suffix", "Not_DNS"}, exitUsage, "", "--driver-suffix"},
 		{[]string{"dra", "--node-name", "n", "--kubeconfig", "/nonexistent"}, exitFailed, "", "cannot reach the API server"},
 		{[]string{"device-plugin", "--nope"}, exitUsage, "", "flag provided but not defined: -nope"},
@@ -40,11 +48,23 @@ func TestUsage(t *testing.T) {
 	for _, tt := range tests {
 		var out, errOut bytes.Buffer
 		e := env{getenv: func(string) string { return "" }, stdout: &out, stderr: &errOut}
-		status := run(context.Background(), tt.args, e)
+		status := runOnce(t, context.Background(), tt.args, e)
 		if status != tt.status || !strings.Contains(out.String(), tt.stdout) || !strings.Contains(errOut.String(), tt.stderr) {
 			t.Errorf("%q: status %d\nstdout: %s\nstderr: %s", tt.args, status, out.String(), errOut.String())
 		}
 	}
+}
+
+// runOnce runs the command, and then undoes its logging configuration,
+// which k8s.io/component-base lets a process apply only once.
+func runOnce(t *testing.T, ctx context.Context, args []string, e env) int {
+	t.Helper()
+	defer func() {
+		if err := logsapi.ResetForTest(nil); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	return run(ctx, args, e)
 }
 
 // TestModesExclude: the device-plugin mode does not start on a type the
@@ -87,7 +107,7 @@ current-context: c
 	}
 	for _, tt := range tests {
 		var out, errOut bytes.Buffer
-		status := run(t.Context(), tt.args, env{getenv: getenv, stdout: &out, stderr: &errOut})
+		status := runOnce(t, t.Context(), tt.args, env{getenv: getenv, stdout: &out, stderr: &errOut})
 		if status != exitFailed || !strings.Contains(errOut.String(), tt.stderr) {
 			t.Errorf("%q: status %d\nstderr: %s", tt.args, status, errOut.String())
 		}

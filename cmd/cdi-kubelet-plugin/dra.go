@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -13,10 +12,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
 	"github.com/cdi-exec/plugins/pkg/kubelet/dra"
+	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -34,10 +35,11 @@ Flags:
 
 // draFlags defines the dra mode's flags over its options; kubeconfig
 // receives --kubeconfig.
-func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options) {
+func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options, *observability) {
 	penv, _ := protocol.ReadEnv(e.getenv) // a bad CDI_LOCK_TIMEOUT is the plugins' to report
 	opt := &dra.Options{PluginStateDir: penv.StateDir, HostRoot: penv.HostRoot}
-	fs := newFlagSet(e, penv, "cdi-kubelet-plugin dra", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir)
+	obs := &observability{}
+	fs := newFlagSet(e, penv, "cdi-kubelet-plugin dra", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir, obs)
 	fs.StringVar(&opt.NodeName, "node-name", "", "this node's `NAME` (required)")
 	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig `FILE`; default: the in-cluster config")
 	fs.StringVar(&opt.Suffix, "driver-suffix", dra.DefaultSuffix, "drivers are named <type>.`SUFFIX`; CDI kinds are SUFFIX/<type>")
@@ -56,28 +58,42 @@ func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options) {
 		}
 		return fmt.Errorf("%q is neither NoSchedule nor NoExecute", v)
 	})
-	return fs, opt
+	return fs, opt, obs
 }
 
 // runDRA runs the dra mode.
 func runDRA(ctx context.Context, args []string, e env) int {
 	var kubeconfig string
-	fs, opt := draFlags(e, &kubeconfig)
-	if code, ok := parseMode(e, fs, "dra", draUsage, args, func() error { return validateDRA(opt) }); !ok {
+	fs, opt, obs := draFlags(e, &kubeconfig)
+	if code, ok := parseMode(e, fs, "dra", draUsage, args, func() error { return validateDRA(opt, obs) }); !ok {
 		return code
 	}
-	opt.Log = slog.New(slog.NewTextHandler(e.stderr, nil))
-	klog.SetSlogLogger(opt.Log) // the Kubernetes libraries log through klog
 	var err error
+	if opt.Log, err = obs.logger(e.stderr); err != nil {
+		fmt.Fprintf(e.stderr, "cdi-kubelet-plugin dra: %v\n", err)
+		return exitFailed
+	}
+	defer klog.Flush()
 	if opt.Client, err = kubeClient(kubeconfig); err != nil {
 		opt.Log.Error("cannot reach the API server", "err", err)
 		return exitFailed
 	}
+	opt.Metrics = metrics.New()
+	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
+	events, stopEvents := eventBroadcaster(ctx, opt.Client)
+	defer stopEvents()
+	opt.Events = events
 	p, err := dra.New(*opt)
 	if err != nil {
 		opt.Log.Error("cannot start", "err", err)
 		return exitFailed
 	}
+	stop, err := obs.serve(ctx, opt.Log, opt.Metrics, p.Checks())
+	if err != nil {
+		opt.Log.Error("cannot start", "err", err)
+		return exitFailed
+	}
+	defer stop()
 	if err := p.Run(ctx); err != nil {
 		opt.Log.Error("stopped", "err", err)
 		return exitFailed
@@ -87,9 +103,12 @@ func runDRA(ctx context.Context, args []string, e env) int {
 }
 
 // validateDRA checks the flags' values.
-func validateDRA(opt *dra.Options) error {
+func validateDRA(opt *dra.Options, obs *observability) error {
 	if opt.NodeName == "" {
 		return errors.New("--node-name is required")
+	}
+	if err := obs.validate(); err != nil {
+		return err
 	}
 	if err := positive(map[string]time.Duration{
 		"--poll-interval": opt.Poll, "--stale-interval": opt.StaleInterval, "--plugin-timeout": opt.Caller.Timeout,
@@ -120,4 +139,17 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	}
 	cfg.UserAgent = "cdi-kubelet-plugin"
 	return kubernetes.NewForConfig(cfg)
+}
+
+// eventBroadcaster records Events through the API server's
+// events.k8s.io/v1 API until stop is called, which sends what is queued
+// first.
+func eventBroadcaster(ctx context.Context, client kubernetes.Interface) (b events.EventBroadcaster, stop func()) {
+	b = events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	_ = b.StartRecordingToSinkWithContext(ctx) // fails only when started twice
+	return b, func() {
+		b.Shutdown()
+		cancel()
+	}
 }

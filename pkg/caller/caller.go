@@ -218,6 +218,16 @@ type Caller struct {
 	// Env holds NAME=value pairs every plugin run gets, before the
 	// command's own (such as CDI_STATE_DIR).
 	Env []string
+	// Observer, when set, is told of every plugin run.
+	Observer Observer
+}
+
+// Observer is told of every plugin run a Caller makes: the plugin, the
+// command (VERSION, INFO, ADD, ...), the protocol code of the answer (0
+// on success, 100 when the plugin gave no protocol answer) and how long
+// the run took. It must be safe for concurrent use.
+type Observer interface {
+	ObservePluginRun(plugin, command string, code int, took time.Duration)
 }
 
 // PluginError is a failure of one plugin, naming its config.
@@ -248,12 +258,33 @@ func (e *PluginError) Code() int {
 }
 
 func (c Caller) run(ctx context.Context, conf Config, env ...string) (*invoke.Reply, error) {
-	env = append(slices.Clip(c.Env), env...)
-	r, err := invoke.Run(ctx, invoke.Call{Plugin: conf.Plugin, Path: c.Path, Env: env, Config: conf.Raw, Timeout: c.Timeout})
+	start := time.Now()
+	r, err := invoke.Run(ctx, invoke.Call{Plugin: conf.Plugin, Path: c.Path, Env: append(slices.Clip(c.Env), env...), Config: conf.Raw, Timeout: c.Timeout})
 	if err != nil {
-		return nil, &PluginError{Config: conf, Err: err}
+		err = &PluginError{Config: conf, Err: err}
+	}
+	if c.Observer != nil {
+		code := 0
+		var pe *PluginError
+		if errors.As(err, &pe) {
+			code = pe.Code()
+		}
+		c.Observer.ObservePluginRun(conf.Plugin, commandOf(env), code, time.Since(start))
+	}
+	if err != nil {
+		return nil, err
 	}
 	return r, nil
+}
+
+// commandOf returns the CDI_COMMAND of a run's environment.
+func commandOf(env []string) string {
+	for _, kv := range env {
+		if cmd, ok := strings.CutPrefix(kv, protocol.EnvCommand+"="); ok {
+			return cmd
+		}
+	}
+	return ""
 }
 
 // Versions asks a plugin which protocol versions it supports.

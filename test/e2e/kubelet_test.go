@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,25 +15,6 @@ import (
 	"github.com/cdi-exec/plugins/pkg/kubelet/kubelettest"
 	"github.com/cdi-exec/plugins/pkg/store"
 )
-
-// syncBuffer is a bytes.Buffer safe for a process writing and a test
-// reading.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The cdi-kubelet-plugin binary against a fake kubelet: it registers, hands
 // out ttys through Allocate with one log line each, and on SIGTERM exits 0
@@ -47,7 +26,7 @@ func TestKubeletPluginBinary(t *testing.T) {
 	cmd := exec.Command(filepath.Join(binDir, "cdi-kubelet-plugin"), "device-plugin",
 		"--conf-dir", n.conf, "--kubelet-dir", k.Root, "--cdi-spec-dir", specs, "--resource-prefix", "example.com")
 	cmd.Env = []string{"CDI_PATH=" + binDir, "CDI_STATE_DIR=" + n.state, "CDI_HOST_ROOT=" + n.root}
-	var logs syncBuffer
+	var logs kubelettest.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -96,7 +75,7 @@ func TestKubeletPluginBinary(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(k.PluginDir(), reg.Endpoint)); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
 	}
-	if got := strings.Count(logs.String(), "msg=allocate "); got != 3 {
+	if got := strings.Count(logs.String(), `] "allocate" `); got != 3 {
 		t.Fatalf("%d Allocate log lines, want 3:\n%s", got, logs.String())
 	}
 	// The allocations outlive the bridge: only its garbage collector frees

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -83,7 +84,7 @@ func TestClusterDRATTYs(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := d.waitDriver(ctx, t, driverPod)
-	d.waitLog(ctx, t, next, "slice published")
+	d.waitLog(ctx, t, next, `"slice published" `)
 	after, err := c.WaitPod(ctx, "default", "two-ttys", Running)
 	if err != nil {
 		t.Fatal(err)
@@ -99,12 +100,13 @@ func TestClusterDRATTYs(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.waitFreed(ctx, t, held)
-	log := d.waitLog(ctx, t, next, "msg=unprepare")
+	log := d.waitLog(ctx, t, next, `"unprepare" `)
 	t.Logf("freed %v %.1fs after the pod was deleted", held, time.Since(start).Seconds())
-	for _, bad := range []string{"level=ERROR", "forbidden"} {
-		if strings.Contains(log, bad) {
-			t.Errorf("the driver logged %q:\n%s", bad, log)
-		}
+	if e := errorLine.FindString(log); e != "" {
+		t.Errorf("the driver logged an error, %q:\n%s", e, log)
+	}
+	if strings.Contains(log, "forbidden") {
+		t.Errorf("the driver logged %q:\n%s", "forbidden", log)
 	}
 }
 
@@ -302,9 +304,15 @@ func (d *draRun) waitDriver(ctx context.Context, t *testing.T, old string) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.waitLog(ctx, t, name, "msg=serving driver="+draDriver)
+	d.waitLog(ctx, t, name, `"serving" driver="`+draDriver+`"`)
 	return name
 }
+
+// errorLine finds a line the driver logged at error severity, in klog's
+// text format (--logging-format=text, the default), which the driver's
+// log has: "E1126 06:09:28.123456 ..." followed by the quoted message and
+// its key="value" pairs.
+var errorLine = regexp.MustCompile(`(?m)^E\d{4} .*$`)
 
 // waitLog waits until the driver pod's log has text, and returns the log.
 // It reads the log from the kubelet's API (kubectl logs would need the

@@ -71,7 +71,7 @@ func TestClusterDRAFeatures(t *testing.T) {
 	t.Run("DeviceConfigRejected", f.deviceConfigRejected)
 	t.Run("Taint", f.taint)
 
-	log := d.waitLog(ctx, t, driverPod, "msg=serving")
+	log := d.waitLog(ctx, t, driverPod, `"serving" driver=`)
 	for _, bad := range []string{"forbidden", "panic"} {
 		if strings.Contains(log, bad) {
 			t.Errorf("the driver logged %q:\n%s", bad, log)

@@ -21,7 +21,9 @@ import (
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/kubelet/deviceplugin"
+	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/kubelet/podresources"
+	"github.com/cdi-exec/plugins/pkg/kubelet/probe"
 )
 
 // Defaults of the Options.
@@ -48,19 +50,26 @@ type Options struct {
 	Grace      time.Duration // see pkg/kubelet/gc
 	Watch      time.Duration // how often a kubelet restart is checked for
 	Log        *slog.Logger
+	// Metrics records the devices published, the allocations freed and
+	// failed polls; New makes its own when it is nil.
+	Metrics *metrics.Metrics
 }
 
 // Bridge serves the configured resource types.
 type Bridge struct {
-	opt Options
-	log *slog.Logger
-	res []*resource
+	opt     Options
+	log     *slog.Logger
+	res     []*resource
+	plugins []*deviceplugin.Plugin // serving res, in the same order
 }
 
 // New loads the configs and prepares one resource per type.
 func New(opt Options) (*Bridge, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New()
 	}
 	byType, probs, err := Configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
 	LogProblems(opt.Log, probs)
@@ -69,9 +78,23 @@ func New(opt Options) (*Bridge, error) {
 	}
 	b := &Bridge{opt: opt, log: opt.Log}
 	for _, t := range slices.Sorted(maps.Keys(byType)) {
-		b.res = append(b.res, newResource(opt.Prefix+"/"+t, t, byType[t], opt.Caller, opt.Log, opt.Grace))
+		r := newResource(opt.Prefix+"/"+t, t, byType[t], opt.Caller, opt.Log, opt.Metrics, opt.Grace)
+		b.res = append(b.res, r)
+		b.plugins = append(b.plugins, &deviceplugin.Plugin{
+			Resource: r.name, Dir: b.pluginDir(), Socket: Socket(r.name), Backend: r,
+			Log: b.log, Watch: b.opt.Watch, OnRegister: b.onRegister(r),
+		})
 	}
 	return b, nil
+}
+
+// Checks returns the resources' device plugins as the probes see them.
+func (b *Bridge) Checks() []probe.Check {
+	var out []probe.Check
+	for _, p := range b.plugins {
+		out = append(out, p)
+	}
+	return out
 }
 
 // Resources returns the names of the resources served.
@@ -105,10 +128,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(b.res))
 	for i, r := range b.res {
-		p := &deviceplugin.Plugin{
-			Resource: r.name, Dir: b.pluginDir(), Socket: Socket(r.name), Backend: r,
-			Log: b.log, Watch: b.opt.Watch, OnRegister: b.onRegister(r),
-		}
+		p := b.plugins[i]
 		wg.Add(2)
 		go func() {
 			defer wg.Done()

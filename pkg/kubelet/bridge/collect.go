@@ -63,7 +63,9 @@ func (r *resource) free(ctx context.Context, v gc.Verdict) {
 	}
 	r.gc.Forget(v.ID)
 	reason := "absent from PodResources"
-	if !held {
+	if held {
+		r.metrics.GCFreed(r.name)
+	} else {
 		reason += "; it held nothing any more"
 	}
 	r.log.Info("gc: freed", "requestId", v.ID, "reason", reason, "scans", v.Scans, "absentFor", v.Absent.Round(time.Second))

@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -157,7 +155,7 @@ func TestCollectLoop(t *testing.T) {
 	n := ttyNode(t)
 	opt := n.options()
 	opt.GCInterval, opt.Grace, opt.Poll = 20*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond
-	var logs lockedBuffer
+	var logs kubelettest.Buffer
 	opt.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	n.start(opt)
 	c := n.kubelet.Dial(n.register().Endpoint)
@@ -176,22 +174,4 @@ func TestCollectLoop(t *testing.T) {
 	if scans < 2 {
 		t.Fatalf("freed without a log line saying after at least two scans:\n%s", logs.String())
 	}
-}
-
-// lockedBuffer collects log lines from the bridge's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

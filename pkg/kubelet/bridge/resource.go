@@ -12,6 +12,7 @@ import (
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/kubelet/deviceplugin"
 	"github.com/cdi-exec/plugins/pkg/kubelet/gc"
+	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/kubelet/reqid"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -20,13 +21,14 @@ import (
 // their plugins reported last, and its garbage-collection state. It is the
 // deviceplugin.Backend of its type.
 type resource struct {
-	name   string // "<prefix>/<type>"
-	typ    string
-	confs  []caller.Config
-	caller caller.Caller
-	log    *slog.Logger
-	gc     *gc.Tracker
-	poke   chan struct{} // asks the poll loop for a poll now
+	name    string // "<prefix>/<type>"
+	typ     string
+	confs   []caller.Config
+	caller  caller.Caller
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	gc      *gc.Tracker
+	poke    chan struct{} // asks the poll loop for a poll now
 
 	// handout serialises Allocate and the garbage collector's frees, so
 	// that an id the kubelet hands out again is never freed under it.
@@ -40,9 +42,9 @@ type resource struct {
 	changed chan struct{} // closed when devs changes
 }
 
-func newResource(name, typ string, confs []caller.Config, c caller.Caller, log *slog.Logger, grace time.Duration) *resource {
+func newResource(name, typ string, confs []caller.Config, c caller.Caller, log *slog.Logger, m *metrics.Metrics, grace time.Duration) *resource {
 	return &resource{
-		name: name, typ: typ, confs: confs, caller: c, log: log.With("resource", name),
+		name: name, typ: typ, confs: confs, caller: c, log: log.With("resource", name), metrics: m,
 		gc: gc.NewTracker(grace), poke: make(chan struct{}, 1),
 		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
 		changed: make(chan struct{}),
@@ -59,7 +61,11 @@ func (r *resource) Devices() ([]deviceplugin.Device, <-chan struct{}) {
 // refresh asks every config's plugin for its devices (Refresh) and
 // publishes the result.
 func (r *resource) refresh(ctx context.Context) {
-	if !Refresh(ctx, r.caller, r.confs, &r.mu, r.answers, r.failing, r.log) {
+	failed, ok := Refresh(ctx, r.caller, r.confs, &r.mu, r.answers, r.failing, r.log)
+	for range failed {
+		r.metrics.PollFailed(r.name)
+	}
+	if !ok {
 		return
 	}
 	r.mu.Lock()
@@ -79,6 +85,8 @@ func (r *resource) refresh(ctx context.Context) {
 		r.log.Info("devices changed", "devices", len(devs), "healthy", healthy(devs))
 	}
 	r.devs = devs // Free may have changed; the kubelet does not see it
+	n := healthy(devs)
+	r.metrics.Published(r.name, n, len(devs)-n)
 }
 
 // visiblyEqual compares what ListAndWatch sends.

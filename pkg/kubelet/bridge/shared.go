@@ -38,13 +38,16 @@ func Merge(answers [][]protocol.DeviceInfo) Inventory {
 // answer in answers[i], under mu. A plugin that fails keeps its last
 // answer, so a hanging or crashing plugin does not make its devices flap;
 // failing[i] remembers the failure, which is logged once, and so is the
-// recovery. It reports false when ctx ended first: a cancelled run says
-// nothing of the plugin.
-func Refresh(ctx context.Context, c caller.Caller, confs []caller.Config, mu *sync.Mutex, answers [][]protocol.DeviceInfo, failing []bool, log *slog.Logger) bool {
+// recovery. It returns how many configs failed, and ok false when ctx
+// ended first: a cancelled run says nothing of the plugin.
+func Refresh(ctx context.Context, c caller.Caller, confs []caller.Config, mu *sync.Mutex, answers [][]protocol.DeviceInfo, failing []bool, log *slog.Logger) (failed int, ok bool) {
 	for i, conf := range confs {
 		devs, err := Devices(ctx, c, conf)
 		if ctx.Err() != nil {
-			return false
+			return failed, false
+		}
+		if err != nil {
+			failed++
 		}
 		mu.Lock()
 		wasFailing := failing[i]
@@ -60,7 +63,7 @@ func Refresh(ctx context.Context, c caller.Caller, confs []caller.Config, mu *sy
 			log.Info("listing devices works again", "config", conf.File)
 		}
 	}
-	return true
+	return failed, true
 }
 
 // Every calls fn every interval, and whenever poke delivers (a nil poke

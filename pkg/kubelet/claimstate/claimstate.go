@@ -141,7 +141,7 @@ func (f *File) read() (Claims, error) {
 	}
 	var v file
 	if err := json.Unmarshal(data, &v); err != nil || v.Version != version || v.Driver != f.driver {
-		return nil, fmt.Errorf("claim state %s is not a version %d file of driver %s (%v): it lists the claims this driver prepared, so it is never replaced; move it away to start afresh", f.path, version, f.driver, err)
+		return nil, &RefusedError{Path: f.path, Driver: f.driver, Err: err}
 	}
 	claims := make(Claims, len(v.Claims))
 	for _, c := range v.Claims {
@@ -149,6 +149,20 @@ func (f *File) read() (Claims, error) {
 	}
 	return claims, nil
 }
+
+// RefusedError is a state file that is not a file of this version and
+// driver. It is never replaced: it may list claims some driver prepared.
+type RefusedError struct {
+	Path   string
+	Driver string
+	Err    error // why it does not decode, if it does not
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("claim state %s is not a version %d file of driver %s (%v): it lists the claims this driver prepared, so it is never replaced; move it away to start afresh", e.Path, version, e.Driver, e.Err)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
 
 // write replaces the file atomically.
 func (f *File) write(claims Claims) error {

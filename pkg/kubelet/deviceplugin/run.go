@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,8 @@ type Plugin struct {
 	// OnRegister, when set, is called after every successful
 	// registration; again is false for the first one.
 	OnRegister func(again bool)
+
+	registered atomic.Bool // with the kubelet whose socket is there now; false once Run returns
 }
 
 // ident tells one file from another that replaced it under the same name;
@@ -74,6 +77,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	var own, kubelet ident // what is served and what was registered with
 	var failed ident       // the kubelet socket the last registration failed on
 	defer func() {
+		p.registered.Store(false)
 		if srv != nil {
 			srv.Stop()
 			p.removeSocket(own)
@@ -92,7 +96,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 			kubelet = ident{}
 		}
-		if now := identOf(filepath.Join(p.Dir, KubeletSocket)); now != (ident{}) && now != kubelet {
+		now := identOf(filepath.Join(p.Dir, KubeletSocket))
+		if now != (ident{}) && now != kubelet {
 			if err := p.register(ctx); err != nil {
 				if failed != now { // once per kubelet socket, not every tick
 					p.Log.Warn("registration failed; trying again", "resource", p.Resource, "err", err)
@@ -107,6 +112,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 				registrations++
 			}
 		}
+		p.registered.Store(now != (ident{}) && now == kubelet)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -116,6 +122,32 @@ func (p *Plugin) Run(ctx context.Context) error {
 }
 
 func (p *Plugin) socketPath() string { return filepath.Join(p.Dir, p.Socket) }
+
+// Name implements probe.Check: the resource's name.
+func (p *Plugin) Name() string { return p.Resource }
+
+// Live implements probe.Check: the plugin's socket answers
+// GetDevicePluginOptions, as the kubelet asks it.
+func (p *Plugin) Live(ctx context.Context) error {
+	conn, err := grpc.NewClient("unix://"+p.socketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("device-plugin socket: %w", err)
+	}
+	defer conn.Close()
+	if _, err := api.NewDevicePluginClient(conn).GetDevicePluginOptions(ctx, &api.Empty{}); err != nil {
+		return fmt.Errorf("device-plugin socket %s: %w", p.socketPath(), err)
+	}
+	return nil
+}
+
+// Ready implements probe.Check: the resource is registered with the
+// kubelet whose registration socket is there now.
+func (p *Plugin) Ready() error {
+	if !p.registered.Load() {
+		return errors.New("not registered with the kubelet")
+	}
+	return nil
+}
 
 // serve listens on the plugin's socket, replacing a stale one (one nobody
 // answers on: a second bridge for the same resource is refused), and

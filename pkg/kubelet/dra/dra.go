@@ -33,11 +33,14 @@ import (
 	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
+	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/kubelet/modelock"
+	"github.com/cdi-exec/plugins/pkg/kubelet/probe"
 )
 
 // Defaults of the Options.
@@ -81,6 +84,14 @@ type Options struct {
 	// device numbers of admin-access specs are read.
 	HostRoot string
 	Log      *slog.Logger
+	// Metrics records prepares, unprepares, published devices, freed
+	// claims and failed polls; New makes its own when it is nil.
+	Metrics *metrics.Metrics
+	// Events, when set, records Kubernetes Events on ResourceClaims: a
+	// failed prepare, a claim record the driver refuses to replace, a
+	// stale claim freed. Each driver reports as the controller named
+	// after it.
+	Events events.EventBroadcaster
 }
 
 // Plugin is the set of drivers of one node.
@@ -103,6 +114,9 @@ func New(opt Options) (*Plugin, error) {
 	}
 	if opt.Poll <= 0 {
 		opt.Poll = DefaultPoll
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New()
 	}
 	byType, probs, err := bridge.Configs(opt.ConfDir, opt.Types, opt.Suffix, opt.CDISpecDir)
 	bridge.LogProblems(opt.Log, probs)
@@ -127,6 +141,15 @@ func (p *Plugin) Drivers() []string {
 		names = append(names, d.name)
 	}
 	return names
+}
+
+// Checks returns the drivers as the probes see them.
+func (p *Plugin) Checks() []probe.Check {
+	var out []probe.Check
+	for _, d := range p.drivers {
+		out = append(out, d)
+	}
+	return out
 }
 
 // Run serves every driver until ctx ends, then stops them: their sockets

@@ -14,12 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
 	"github.com/cdi-exec/plugins/pkg/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/unixsock"
 )
@@ -42,6 +45,12 @@ type driver struct {
 	// the device numbers of admin-access specs.
 	hostRoot string
 	log      *slog.Logger
+	metrics  *metrics.Metrics
+	recorder events.EventRecorder // nil: no events
+	// regSock and draSock are the helper's sockets: its registration
+	// socket, which the kubelet's plugin watcher finds, and its DRA
+	// service.
+	regSock, draSock string
 
 	helper *kubeletplugin.Helper // set by start
 	fatal  func(error)           // stops Run; set by start
@@ -75,10 +84,16 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 	if err != nil {
 		return nil, err
 	}
+	var rec events.EventRecorder
+	if opt.Events != nil {
+		rec = opt.Events.NewRecorder(scheme.Scheme, name)
+	}
+	reg, dra := sockets(opt.KubeletDir, name, opt.PodUID)
 	return &driver{
 		name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
 		client: opt.Client, state: st, grace: opt.StaleGrace, effect: opt.TaintEffect, every: opt.Poll,
-		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name),
+		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name), metrics: opt.Metrics, recorder: rec,
+		regSock: reg, draSock: dra,
 		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
 		unnamed: map[string]bool{}, missing: map[string]time.Time{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
@@ -87,15 +102,16 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 
 // start registers the driver with the kubelet and publishes its slice.
 func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) error {
-	dataDir := filepath.Join(opt.KubeletDir, "plugins", d.name)
-	regDir := filepath.Join(opt.KubeletDir, "plugins_registry")
+	dataDir, regDir := filepath.Dir(d.draSock), filepath.Dir(d.regSock)
 	for _, dir := range []string{dataDir, regDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return fmt.Errorf("driver %s: %w", d.name, err)
 		}
 	}
-	if err := checkSockets(d.name, dataDir, regDir, opt.PodUID); err != nil {
-		return err
+	for _, p := range []string{d.regSock, d.draSock} {
+		if err := unixsock.Check(p); err != nil {
+			return fmt.Errorf("driver %s: %w: use a shorter --kubelet-dir, --driver-suffix or type", d.name, err)
+		}
 	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(d.name),
@@ -118,21 +134,19 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	return d.publish(ctx)
 }
 
-// checkSockets refuses socket paths the kernel cannot bind or dial. With
-// a pod UID (rolling updates) the registration socket is
-// <regDir>/<driver>-<pod UID>-reg.sock, which leaves a driver name of at
-// most 27 characters under /var/lib/kubelet.
-func checkSockets(driver, dataDir, regDir, podUID string) error {
+// sockets returns the paths of the helper's sockets under the kubelet's
+// directory: the registration socket <kubelet>/plugins_registry/<driver>-reg.sock
+// and the DRA service <kubelet>/plugins/<driver>/dra.sock. With a pod UID
+// (rolling updates) both names carry it, <driver>-<pod UID>-reg.sock,
+// which leaves a driver name of at most 27 characters under
+// /var/lib/kubelet (start refuses longer paths).
+func sockets(kubeletDir, driver, podUID string) (reg, dra string) {
 	uid := ""
 	if podUID != "" {
 		uid = "-" + podUID
 	}
-	for _, p := range []string{filepath.Join(regDir, driver+uid+"-reg.sock"), filepath.Join(dataDir, "dra"+uid+".sock")} {
-		if err := unixsock.Check(p); err != nil {
-			return fmt.Errorf("driver %s: %w: use a shorter --kubelet-dir, --driver-suffix or type", driver, err)
-		}
-	}
-	return nil
+	return filepath.Join(kubeletDir, "plugins_registry", driver+uid+"-reg.sock"),
+		filepath.Join(kubeletDir, "plugins", driver, "dra"+uid+".sock")
 }
 
 // stop stops the helper: the sockets go, so the kubelet stops calling.

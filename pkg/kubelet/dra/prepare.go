@@ -38,7 +38,8 @@ type result struct {
 	admin bool   // allocated with admin access
 }
 
-// prepare prepares one claim and logs one line about it. Each device's
+// prepare prepares one claim, logs one line about it, counts it in the
+// metrics, and records an Event on the claim when it fails. Each device's
 // CDI ids are its own (cdispec.KeyDeviceName), so that a container naming
 // one request of the claim gets that request's devices only.
 func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
@@ -48,6 +49,7 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	log := d.log.With("claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID)
 	results, err := d.allocated(claim)
 	if err == nil && len(results) == 0 {
+		d.metrics.Prepared(d.name, nil, time.Since(start))
 		log.Info("prepare: nothing allocated from this driver's pool")
 		return kubeletplugin.PrepareResult{}
 	}
@@ -56,9 +58,11 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if err == nil {
 		cdi, err = d.pin(ctx, claim, results)
 	}
+	d.metrics.Prepared(d.name, err, time.Since(start))
 	took := time.Since(start).Round(time.Millisecond)
 	if err != nil {
 		log.Error("prepare failed", "devices", keys, "adminDevices", adminKeys, "took", took, "err", err)
+		d.prepareFailed(claimRef(claim.Namespace, claim.Name, claim.UID), err)
 		return kubeletplugin.PrepareResult{Err: err}
 	}
 	log.Info("prepare", "devices", keys, "adminDevices", adminKeys, "cdiDevices", cdi, "took", took)
@@ -277,9 +281,11 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	d.ops.Lock()
 	defer d.ops.Unlock()
 	held, err := d.release(ctx, string(c.UID))
+	d.metrics.Unprepared(d.name, err, time.Since(start))
 	log := d.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "took", time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		log.Error("unprepare failed", "err", err)
+		d.recordRefused(claimRef(c.Namespace, c.Name, c.UID), "Unprepare", err)
 		return err
 	}
 	log.Info("unprepare", "held", held)

@@ -35,7 +35,11 @@ const (
 // refresh asks every config's plugin for its devices (bridge.Refresh)
 // and publishes the slice when what it offers changed.
 func (d *driver) refresh(ctx context.Context) {
-	if !bridge.Refresh(ctx, d.caller, d.confs, &d.mu, d.answers, d.failing, d.log) {
+	failed, ok := bridge.Refresh(ctx, d.caller, d.confs, &d.mu, d.answers, d.failing, d.log)
+	for range failed {
+		d.metrics.PollFailed(d.name)
+	}
+	if !ok {
 		return
 	}
 	claims, err := d.state.Read(ctx)
@@ -49,6 +53,13 @@ func (d *driver) refresh(ctx context.Context) {
 	due := !d.published || !equality.Semantic.DeepEqual(devs, d.offered)
 	d.offered = devs
 	d.refreshed = time.Now()
+	tainted := 0
+	for _, dev := range devs {
+		if len(dev.Taints) > 0 {
+			tainted++
+		}
+	}
+	d.metrics.Published(d.name, len(devs)-tainted, tainted)
 	if due {
 		close(d.changed) // wakes the health streams
 		d.changed = make(chan struct{})

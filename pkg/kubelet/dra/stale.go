@@ -7,8 +7,10 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
 	"github.com/cdi-exec/plugins/pkg/kubelet/claimstate"
@@ -89,5 +91,8 @@ func (d *driver) free(ctx context.Context, c claimstate.Claim, why string, absen
 	d.mu.Lock()
 	delete(d.missing, c.UID)
 	d.mu.Unlock()
+	d.metrics.StaleClaimFreed(d.name)
 	log.Info("stale claim freed", "devices", c.Keys, "held", held)
+	d.event(claimRef(c.Namespace, c.Name, types.UID(c.UID)), corev1.EventTypeNormal, ReasonStaleClaimFreed, "Free",
+		fmt.Sprintf("%s, for %v: devices %v freed", why, absent.Round(time.Second), append(slices.Clone(c.Keys), c.AdminKeys...)))
 }
