@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 )
 
@@ -438,6 +439,27 @@ config:
 		t.Fatalf("the failed prepare left %v held", h)
 	}
 	t.Logf("event: %s", msg)
+
+	// The driver's own Event on the claim (events.k8s.io, through its
+	// ClusterRole).
+	err = waitFor(ctx, "the driver's PrepareFailed Event on the claim", func(ctx context.Context) error {
+		var l eventsv1.EventList
+		if err := f.c.Get(ctx, "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=regarding.name%3Dconfigured", &l); err != nil {
+			return err
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Kind == "ResourceClaim" && e.Reason == "PrepareFailed" && e.Type == corev1.EventTypeWarning &&
+				e.ReportingController == draDriver && strings.Contains(e.Note, `"want_device_node"`) {
+				msg = e.Note
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events on the claim, none the driver's PrepareFailed", len(l.Items))
+	}, f.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the driver's Event on the claim: PrepareFailed: %s", msg)
 }
 
 // taint hides a held tty's /dev node (a rename, undone however the test

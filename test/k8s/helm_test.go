@@ -82,7 +82,7 @@ func TestClusterHelm(t *testing.T) {
 	t.Logf("/metrics after the claim pod:\n%s", excerpt(metrics, "cdi_exec_"))
 
 	start = time.Now()
-	t.Logf("helm upgrade:\n%s", h.helm(ctx, t, h.values("upgrade", "--set", "types.tty.config.name=virtual consoles, upgraded")...))
+	t.Logf("helm upgrade:\n%s", h.helm(ctx, t, h.values("upgrade", "--set", "types.tty.config.name=virtual consoles (upgraded)")...))
 	next := d.waitDriver(ctx, t, driverPod)
 	d.waitLog(ctx, t, next, "slice published")
 	h.waitReady(ctx, t, next)
@@ -109,7 +109,7 @@ func TestClusterHelm(t *testing.T) {
 	t.Logf("helm uninstall:\n%s", h.helm(ctx, t, "uninstall", "cdi", "--namespace", draNamespace, "--wait", "--timeout", "2m"))
 	h.checkGone(ctx, t)
 	t.Logf("nothing of the release is left %.1fs after helm uninstall", time.Since(start).Seconds())
-	if _, err := os.Stat(filepath.Join(d.b.state, "tty")); err != nil {
+	if _, err := os.Stat(filepath.Join(d.b.state, "generic-tty.db")); err != nil {
 		t.Errorf("the node's state went with the release: %v", err)
 	}
 }
