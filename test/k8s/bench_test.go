@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -125,9 +126,11 @@ func loadAverage(t *testing.T) string {
 	return "load average " + strings.Join(strings.Fields(string(data))[:3], " ")
 }
 
-// withMetricsAddress adds --metrics-address on a free port of 127.0.0.1
-// to the DaemonSet's args (the driver's pod is on the host's network) and
-// returns its /metrics URL, or "" when the driver has no such flag.
+// withMetricsAddress returns the driver's /metrics URL, or "" when the
+// driver has no --metrics-address. The driver's pod is on the host's
+// network: a --metrics-address the DaemonSet has already is read at
+// 127.0.0.1 when it names no host (its probes may use the port); without
+// one, one on a free port of 127.0.0.1 is added.
 func withMetricsAddress(ctx context.Context, t *testing.T, bin string, objs []runtime.Object) string {
 	t.Helper()
 	help, err := run(ctx, nil, filepath.Join(bin, "cdi-kubelet-plugin"), "dra", "-h")
@@ -138,17 +141,31 @@ func withMetricsAddress(ctx context.Context, t *testing.T, bin string, objs []ru
 		t.Log("no metrics: the driver has no --metrics-address")
 		return ""
 	}
-	ports, err := freePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	for _, o := range objs {
-		if ds, ok := o.(*appsv1.DaemonSet); ok {
-			ctr := &ds.Spec.Template.Spec.Containers[0]
-			ctr.Args = append(ctr.Args, "--metrics-address="+addr)
-			return "http://" + addr + "/metrics"
+		ds, ok := o.(*appsv1.DaemonSet)
+		if !ok {
+			continue
 		}
+		ctr := &ds.Spec.Template.Spec.Containers[0]
+		for _, a := range ctr.Args {
+			if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "metrics-address="); ok && v != "" {
+				host, port, err := net.SplitHostPort(v)
+				if err != nil {
+					t.Fatalf("the DaemonSet's %s: %v", a, err)
+				}
+				if host == "" || host == "0.0.0.0" || host == "::" {
+					host = "127.0.0.1"
+				}
+				return "http://" + net.JoinHostPort(host, port) + "/metrics"
+			}
+		}
+		ports, err := freePorts(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+		ctr.Args = append(ctr.Args, "--metrics-address="+addr)
+		return "http://" + addr + "/metrics"
 	}
 	t.Fatal("deploy/ has no DaemonSet")
 	return ""
@@ -191,7 +208,10 @@ type sample struct {
 // observed meanwhile, its pods' deletion included.
 func (b *bench) measure(ctx context.Context, t *testing.T, claim bool, n int) sample {
 	t.Helper()
-	logBefore := b.waitLog(ctx, t, b.driverPod, "msg=serving")
+	logBefore, err := b.driverLog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	kBefore, dBefore := b.scrape(ctx, t)
 	s := b.batch(ctx, t, claim, n)
 	want := 0
@@ -216,11 +236,11 @@ func (b *bench) logSince(ctx context.Context, t *testing.T, before string, unpre
 	t.Helper()
 	var log string
 	err := waitFor(ctx, fmt.Sprintf("%d unprepares in the driver's log", unprepares), func(ctx context.Context) error {
-		data, err := b.c.api.get(ctx, b.c.url("/containerLogs/"+draNamespace+"/"+b.driverPod+"/driver"))
+		all, err := b.driverLog(ctx)
 		if err != nil {
 			return err
 		}
-		log = strings.TrimPrefix(string(data), before)
+		log = strings.TrimPrefix(all, before)
 		if got := len(tookFromLog(t, log, "unprepare")); got < unprepares {
 			return fmt.Errorf("%d so far", got)
 		}
@@ -230,6 +250,12 @@ func (b *bench) logSince(ctx context.Context, t *testing.T, before string, unpre
 		t.Fatalf("%v\n%s", err, log)
 	}
 	return log
+}
+
+// driverLog is the driver pod's log so far.
+func (b *bench) driverLog(ctx context.Context) (string, error) {
+	data, err := b.c.api.get(ctx, b.c.url("/containerLogs/"+draNamespace+"/"+b.driverPod+"/driver"))
+	return string(data), err
 }
 
 // scrape reads the kubelet's prepare and unprepare gRPC histograms of the
@@ -266,20 +292,21 @@ func (b *bench) scrape(ctx context.Context, t *testing.T) (kubelet, driver [2]hi
 }
 
 // tookRE matches the driver's log line of a prepare or unprepare that
-// succeeded, as slog's text handler writes it.
-var tookRE = regexp.MustCompile(`\bmsg=(prepare|unprepare) .*\btook=(\S+)`)
+// succeeded, as slog's text handler writes it (msg=prepare ... took=12ms)
+// and as klog's text format does (] "prepare" ... took="12ms").
+var tookRE = regexp.MustCompile(`(?:\bmsg=(prepare|unprepare) |\] "(prepare|unprepare)" ).*?\btook="?([0-9][0-9.a-zµ]*)`)
 
 // tookFromLog returns the took of each op ("prepare" or "unprepare") the
 // log records.
 func tookFromLog(t *testing.T, log, op string) []time.Duration {
 	var out []time.Duration
 	for _, m := range tookRE.FindAllStringSubmatch(log, -1) {
-		if m[1] != op {
+		if m[1]+m[2] != op {
 			continue
 		}
-		d, err := time.ParseDuration(m[2])
+		d, err := time.ParseDuration(m[3])
 		if err != nil {
-			t.Fatalf("took=%s: %v", m[2], err)
+			t.Fatalf("took=%s: %v", m[3], err)
 		}
 		out = append(out, d)
 	}

@@ -5,6 +5,7 @@ package k8se2e
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 // TestMetricsHistograms checks the bench's reading of the text format:
@@ -76,5 +77,25 @@ x_seconds_count{driver="a"} 12
 	}
 	if _, err := histograms(`x_seconds_bucket{driver="a} 1`, "x_seconds", keepA); err == nil {
 		t.Error("an unterminated label value parsed")
+	}
+}
+
+// TestTookFromLog checks the bench's reading of the driver's prepare and
+// unprepare times in slog's text format and in klog's, and that failures
+// are not counted.
+func TestTookFromLog(t *testing.T) {
+	const log = `time=2026-11-26T06:13:47Z level=INFO msg=prepare driver=tty.cdi-exec.io claim=default/a uid=1 devices=[tty40] took=14ms
+time=2026-11-26T06:13:47Z level=ERROR msg="prepare failed" driver=tty.cdi-exec.io took=3ms err=x
+time=2026-11-26T06:13:48Z level=INFO msg=unprepare driver=tty.cdi-exec.io claim=default/a uid=1 took=8ms held=true
+I1126 06:13:49.000000       1 prepare.go:68] "prepare" driver="tty.cdi-exec.io" claim="default/b" took="1.5s"
+E1126 06:13:49.000000       1 prepare.go:64] "prepare failed" driver="tty.cdi-exec.io" took="2ms"
+I1126 06:13:50.000000       1 prepare.go:290] "unprepare" driver="tty.cdi-exec.io" claim="default/b" uid="2" took="900µs" held=true
+`
+	prep, unprep := tookFromLog(t, log, "prepare"), tookFromLog(t, log, "unprepare")
+	if len(prep) != 2 || prep[0] != 14*time.Millisecond || prep[1] != 1500*time.Millisecond {
+		t.Errorf("prepares %v, want [14ms 1.5s]", prep)
+	}
+	if len(unprep) != 2 || unprep[0] != 8*time.Millisecond || unprep[1] != 900*time.Microsecond {
+		t.Errorf("unprepares %v, want [8ms 900µs]", unprep)
 	}
 }
