@@ -638,7 +638,7 @@ func (r report) String() string {
 		}
 		busy = append(busy, sum)
 	}
-	fmt.Fprintf(&b, "Serialised prepares: the %d prepares of a batch took %s in all (median of %d batches); the claim pods' batch ran %s longer than the one without claims.\n",
+	fmt.Fprintf(&b, "The %d prepares of a batch spent %s in the driver in all (median of %d batches); the claim pods' batch ran %s longer than the batch without claims.\n",
 		r.size, ms(quantile(busy, .5)), r.batches, ms(quantile(ac, .5)-quantile(ap, .5)))
 	return b.String()
 }
