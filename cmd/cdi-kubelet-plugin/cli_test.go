@@ -69,17 +69,7 @@ func TestModesExclude(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	err = os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, dir)
 	getenv := func(k string) string { return map[string]string{"CDI_STATE_DIR": state}[k] }
 	tests := []struct {
 		args   []string
@@ -101,17 +91,7 @@ current-context: c
 // request limits by default, not client-go's 5 a second, and the flags
 // change them.
 func TestAPIClientLimits(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, t.TempDir())
 	e := env{getenv: func(string) string { return "" }, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
 	for _, tt := range []struct {
 		args  []string
@@ -134,4 +114,22 @@ current-context: c
 			t.Errorf("%q: QPS %v, burst %d; want %v, %d", tt.args, cfg.QPS, cfg.Burst, tt.qps, tt.burst)
 		}
 	}
+}
+
+// writeKubeconfig writes a kubeconfig for an API server that is not
+// there into dir and returns its path.
+func writeKubeconfig(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "kubeconfig")
+	err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
