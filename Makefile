@@ -160,7 +160,7 @@ e2e-cluster: build
 BENCH_K8S_FLAGS ?=
 bench-k8s: build
 	./test/k8s/build-tools.sh
-	$(call guarded,$(E2E_TEST) -v -run ^TestBenchPodStart$$ $(BENCH_K8S_FLAGS) ./test/k8s/...)
+	$(call guarded,$(E2E_TEST) -v -run ^TestBench $(BENCH_K8S_FLAGS) ./test/k8s/...)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

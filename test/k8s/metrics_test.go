@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// TestMetricsHistograms checks the bench's reading of the text format:
+// TestBenchMetricsHistograms checks the bench's reading of the text format:
 // series merged by label, a difference of two scrapes, the exact mean and
 // the estimated quantiles. It needs no node.
-func TestMetricsHistograms(t *testing.T) {
+func TestBenchMetricsHistograms(t *testing.T) {
 	const before = `# HELP x_seconds A histogram.
 # TYPE x_seconds histogram
 x_seconds_bucket{driver="a",le="0.01"} 1
@@ -80,10 +80,10 @@ x_seconds_count{driver="a"} 12
 	}
 }
 
-// TestTookFromLog checks the bench's reading of the driver's prepare and
+// TestBenchTookFromLog checks the bench's reading of the driver's prepare and
 // unprepare times in slog's text format and in klog's, and that failures
 // are not counted.
-func TestTookFromLog(t *testing.T) {
+func TestBenchTookFromLog(t *testing.T) {
 	const log = `time=2026-11-26T06:13:47Z level=INFO msg=prepare driver=tty.cdi-exec.io claim=default/a uid=1 devices=[tty40] took=14ms
 time=2026-11-26T06:13:47Z level=ERROR msg="prepare failed" driver=tty.cdi-exec.io took=3ms err=x
 time=2026-11-26T06:13:48Z level=INFO msg=unprepare driver=tty.cdi-exec.io claim=default/a uid=1 took=8ms held=true
