@@ -36,7 +36,7 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster unit lint demo bench fuzz clean helm manifests
+.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo bench fuzz clean helm manifests
 
 all: build
 
@@ -163,6 +163,17 @@ e2e-node: build
 e2e-cluster: build
 	./test/k8s/build-tools.sh
 	$(call guarded,$(E2E_TEST) -run ^TestCluster $(E2E_FLAGS) ./test/k8s/...)
+
+# Pod start with and without a one-tty DRA claim, one at a time and in
+# batches, and the driver's prepare latency (docs/performance.md, "Pod
+# start with a claim"), on the real node as e2e-cluster runs it; not run
+# in CI. BENCH_K8S_RUNS, BENCH_K8S_BATCHES and BENCH_K8S_BATCH (from the
+# environment) size it; BENCH_K8S_STRICT=1 fails on a missed target;
+# BENCH_K8S_FLAGS go to go test.
+BENCH_K8S_FLAGS ?=
+bench-k8s: build
+	./test/k8s/build-tools.sh
+	$(call guarded,$(E2E_TEST) -v -run ^TestBench $(BENCH_K8S_FLAGS) ./test/k8s/...)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

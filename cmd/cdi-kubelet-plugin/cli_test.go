@@ -36,6 +36,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"dra", "--node-name", "n", "--stale-grace", "-1s"}, exitUsage, "", "--stale-grace must not be negative"},
 		{[]string{"dra", "-node-name=n", "-stale-grace=-1s"}, exitUsage, "", "--stale-grace must not be negative"}, // one dash parses too
 		{[]string{"dra", "--node-name", "n", "--driver-suffix", "Not_DNS"}, exitUsage, "", "--driver-suffix"},
+		{[]string{"dra", "--node-name", "n", "--kube-api-qps", "0"}, exitUsage, "", "--kube-api-qps and --kube-api-burst must be positive"},
+		{[]string{"dra", "--node-name", "n", "--kube-api-burst", "0"}, exitUsage, "", "--kube-api-qps and --kube-api-burst must be positive"},
+		{[]string{"dra", "--help"}, exitOK, "-kube-api-qps QPS", ""},
 		{[]string{"dra", "--node-name", "n", "--kubeconfig", "/nonexistent"}, exitFailed, "", "cannot reach the API server"},
 		{[]string{"device-plugin", "--nope"}, exitUsage, "", "flag provided but not defined: -nope"},
 		{[]string{"device-plugin", "extra"}, exitUsage, "", `unexpected argument "extra"`},
@@ -86,17 +89,7 @@ func TestModesExclude(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	err = os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, dir)
 	getenv := func(k string) string { return map[string]string{"CDI_STATE_DIR": state}[k] }
 	tests := []struct {
 		args   []string
@@ -112,4 +105,51 @@ current-context: c
 			t.Errorf("%q: status %d\nstderr: %s", tt.args, status, errOut.String())
 		}
 	}
+}
+
+// TestAPIClientLimits: the dra mode's API client takes the kubelet's
+// request limits by default, not client-go's 5 a second, and the flags
+// change them.
+func TestAPIClientLimits(t *testing.T) {
+	kubeconfig := writeKubeconfig(t, t.TempDir())
+	e := env{getenv: func(string) string { return "" }, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	for _, tt := range []struct {
+		args  []string
+		qps   float32
+		burst int
+	}{
+		{nil, 50, 100},
+		{[]string{"--kube-api-qps", "7.5", "--kube-api-burst", "3"}, 7.5, 3},
+	} {
+		var api apiClient
+		fs, _, _ := draFlags(e, &api)
+		if err := fs.Parse(append([]string{"--kubeconfig", kubeconfig}, tt.args...)); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := api.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.QPS != tt.qps || cfg.Burst != tt.burst {
+			t.Errorf("%q: QPS %v, burst %d; want %v, %d", tt.args, cfg.QPS, cfg.Burst, tt.qps, tt.burst)
+		}
+	}
+}
+
+// writeKubeconfig writes a kubeconfig for an API server that is not
+// there into dir and returns its path.
+func writeKubeconfig(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "kubeconfig")
+	err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -33,15 +33,36 @@ the plugins), CDI_CONF_DIR (default of --conf-dir).
 Flags:
 `
 
-// draFlags defines the dra mode's flags over its options; kubeconfig
-// receives --kubeconfig.
-func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options, *observability) {
+// apiClient is how the dra mode reaches the API server.
+type apiClient struct {
+	kubeconfig string // "" for the in-cluster config
+	// qps and burst bound the client's requests, as client-go's limiter
+	// does. The helper GETs each claim it prepares, so pods starting
+	// together ask at once: client-go's defaults (5 a second, bursts of
+	// 10) held the 16th of 16 claims back 1.2 s (docs/performance.md,
+	// "Pod start with a claim"). The defaults are the kubelet's.
+	qps   float64
+	burst int
+}
+
+// The defaults of --kube-api-qps and --kube-api-burst: the kubelet's
+// kubeAPIQPS and kubeAPIBurst.
+const (
+	defaultAPIQPS   = 50
+	defaultAPIBurst = 100
+)
+
+// draFlags defines the dra mode's flags over its options; api receives
+// the API client's.
+func draFlags(e env, api *apiClient) (*flag.FlagSet, *dra.Options, *observability) {
 	penv, _ := protocol.ReadEnv(e.getenv) // a bad CDI_LOCK_TIMEOUT is the plugins' to report
 	opt := &dra.Options{PluginStateDir: penv.StateDir, HostRoot: penv.HostRoot}
 	obs := &observability{}
 	fs := newFlagSet(e, penv, "cdi-kubelet-plugin dra", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir, obs)
 	fs.StringVar(&opt.NodeName, "node-name", "", "this node's `NAME` (required)")
-	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig `FILE`; default: the in-cluster config")
+	fs.StringVar(&api.kubeconfig, "kubeconfig", "", "kubeconfig `FILE`; default: the in-cluster config")
+	fs.Float64Var(&api.qps, "kube-api-qps", defaultAPIQPS, "`QPS`: requests a second to the API server, on average")
+	fs.IntVar(&api.burst, "kube-api-burst", defaultAPIBurst, "`N` requests to the API server at once, above --kube-api-qps")
 	fs.StringVar(&opt.Suffix, "driver-suffix", dra.DefaultSuffix, "drivers are named <type>.`SUFFIX`; CDI kinds are SUFFIX/<type>")
 	fs.StringVar(&opt.KubeletDir, "kubelet-dir", bridge.DefaultKubeletDir, "the kubelet's root `DIR` (plugins/, plugins_registry/)")
 	fs.StringVar(&opt.StateDir, "state-dir", dra.DefaultStateDir, "`DIR` of the drivers' records of prepared claims")
@@ -63,9 +84,9 @@ func draFlags(e env, kubeconfig *string) (*flag.FlagSet, *dra.Options, *observab
 
 // runDRA runs the dra mode.
 func runDRA(ctx context.Context, args []string, e env) int {
-	var kubeconfig string
-	fs, opt, obs := draFlags(e, &kubeconfig)
-	if code, ok := parseMode(e, fs, "dra", draUsage, args, func() error { return validateDRA(opt, obs) }); !ok {
+	var api apiClient
+	fs, opt, obs := draFlags(e, &api)
+	if code, ok := parseMode(e, fs, "dra", draUsage, args, func() error { return validateDRA(opt, obs, api) }); !ok {
 		return code
 	}
 	var err error
@@ -74,7 +95,7 @@ func runDRA(ctx context.Context, args []string, e env) int {
 		return exitFailed
 	}
 	defer klog.Flush()
-	if opt.Client, err = kubeClient(kubeconfig); err != nil {
+	if opt.Client, err = kubeClient(api); err != nil {
 		opt.Log.Error("cannot reach the API server", "err", err)
 		return exitFailed
 	}
@@ -103,12 +124,15 @@ func runDRA(ctx context.Context, args []string, e env) int {
 }
 
 // validateDRA checks the flags' values.
-func validateDRA(opt *dra.Options, obs *observability) error {
+func validateDRA(opt *dra.Options, obs *observability, api apiClient) error {
 	if opt.NodeName == "" {
 		return errors.New("--node-name is required")
 	}
 	if err := obs.validate(); err != nil {
 		return err
+	}
+	if api.qps <= 0 || api.burst < 1 {
+		return fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", api.qps, api.burst)
 	}
 	if err := positive(map[string]time.Duration{
 		"--poll-interval": opt.Poll, "--stale-interval": opt.StaleInterval, "--plugin-timeout": opt.Caller.Timeout,
@@ -126,19 +150,29 @@ func validateDRA(opt *dra.Options, obs *observability) error {
 
 // kubeClient connects with the kubeconfig file, or from inside the
 // cluster when there is none.
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+func kubeClient(api apiClient) (kubernetes.Interface, error) {
+	cfg, err := api.config()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// config is the client's configuration.
+func (api apiClient) config() (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
-	if kubeconfig == "" {
+	if api.kubeconfig == "" {
 		cfg, err = rest.InClusterConfig()
 	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cfg, err = clientcmd.BuildConfigFromFlags("", api.kubeconfig)
 	}
 	if err != nil {
 		return nil, err
 	}
 	cfg.UserAgent = "cdi-kubelet-plugin"
-	return kubernetes.NewForConfig(cfg)
+	cfg.QPS, cfg.Burst = float32(api.qps), api.burst
+	return cfg, nil
 }
 
 // eventBroadcaster records Events through the API server's

@@ -20,6 +20,11 @@ type PodSpec struct {
 	Limits map[string]string // resource limits, such as cdi-exec.io/tty: "2"
 	// Always restarts the container when it exits; the default is Never.
 	Always bool
+	Labels map[string]string
+	// ClaimTemplate, if set, gives the pod a claim from this
+	// ResourceClaimTemplate (in the pod's namespace), which the container
+	// uses.
+	ClaimTemplate string
 }
 
 // Container is the name of the pod's container.
@@ -34,22 +39,31 @@ func (p PodSpec) Manifest() []byte {
 		// A failed container's status shows the end of its output.
 		"terminationMessagePolicy": "FallbackToLogsOnError",
 	}
+	resources := map[string]any{}
 	if len(p.Limits) > 0 {
-		c["resources"] = map[string]any{"limits": p.Limits}
+		resources["limits"] = p.Limits
 	}
 	restart := "Never"
 	if p.Always {
 		restart = "Always"
 	}
-	pod := map[string]any{
-		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": p.Name, "namespace": "default"},
-		"spec": map[string]any{
-			"hostNetwork": true, "restartPolicy": restart,
-			"terminationGracePeriodSeconds": 1,
-			"containers":                    []any{c},
-		},
+	spec := map[string]any{
+		"hostNetwork": true, "restartPolicy": restart,
+		"terminationGracePeriodSeconds": 1,
+		"containers":                    []any{c},
 	}
+	if p.ClaimTemplate != "" {
+		spec["resourceClaims"] = []any{map[string]any{"name": "claim", "resourceClaimTemplateName": p.ClaimTemplate}}
+		resources["claims"] = []any{map[string]any{"name": "claim"}}
+	}
+	if len(resources) > 0 {
+		c["resources"] = resources
+	}
+	meta := map[string]any{"name": p.Name, "namespace": "default"}
+	if len(p.Labels) > 0 {
+		meta["labels"] = p.Labels
+	}
+	pod := map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 	data, _ := json.Marshal(pod)
 	return data
 }
