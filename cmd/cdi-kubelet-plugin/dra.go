@@ -176,8 +176,9 @@ func (api apiClient) config() (*rest.Config, error) {
 }
 
 // eventBroadcaster records Events through the API server's
-// events.k8s.io/v1 API until stop is called, which sends what is queued
-// first.
+// events.k8s.io/v1 API, each sent in the background, until stop is
+// called: it hands on what is queued and cancels what is still being
+// sent, so an Event recorded in the moment the driver stops may be lost.
 func eventBroadcaster(ctx context.Context, client kubernetes.Interface) (b events.EventBroadcaster, stop func()) {
 	b = events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -208,6 +208,7 @@ func (d *draRun) driverManifests(t *testing.T) []runtime.Object {
 				}
 			}
 			noRollingUpdate(t, obj)
+			privateMetricsPort(t, obj)
 		case *corev1.ConfigMap:
 			if _, ok := obj.Data["tty.conf"]; !ok {
 				t.Fatalf("the ConfigMap has no tty.conf: %v", obj.Data)
@@ -217,6 +218,24 @@ func (d *draRun) driverManifests(t *testing.T) []runtime.Object {
 		out = append(out, o.Obj)
 	}
 	return out
+}
+
+// privateMetricsPort moves the DaemonSet's metrics and probes (a host
+// port: the pods use the host's network) from the port of deploy/ to a
+// free one, which nothing on the live node uses.
+func privateMetricsPort(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	c := &ds.Spec.Template.Spec.Containers[0]
+	i := slices.IndexFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-address=") })
+	if i < 0 || len(c.Ports) != 1 {
+		t.Fatalf("the DaemonSet's args %q and ports %+v have no metrics address", c.Args, c.Ports)
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Args[i] = fmt.Sprintf("--metrics-address=:%d", ports[0])
+	c.Ports[0].ContainerPort = int32(ports[0])
 }
 
 // noRollingUpdate drops --pod-uid and, as docs/kubernetes.md says for

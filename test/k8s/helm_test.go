@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -122,22 +121,15 @@ type helmRun struct {
 }
 
 func newHelmRun(t *testing.T, d *draRun) *helmRun {
-	h := &helmRun{d: d, home: filepath.Join(d.c.Dir, "helm"), port: freePort(t)}
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &helmRun{d: d, home: filepath.Join(d.c.Dir, "helm"), port: ports[0]}
 	if err := os.MkdirAll(h.home, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return h
-}
-
-// freePort returns a TCP port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // helm runs helm as cluster-admin, with no user's configuration.

@@ -66,11 +66,16 @@ func helm(t *testing.T, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// template renders the chart with the values set.
+// template renders the chart with the values set; a value that starts
+// with -- is a flag of helm template (--kube-version=1.33.0).
 func template(t *testing.T, values ...string) (string, error) {
 	args := []string{"template", "cdi", chart, "--namespace", namespace}
 	for _, v := range values {
-		args = append(args, "--set", v)
+		if strings.HasPrefix(v, "--") {
+			args = append(args, v)
+		} else {
+			args = append(args, "--set", v)
+		}
 	}
 	return helm(t, args...)
 }
@@ -166,9 +171,18 @@ func TestChartValues(t *testing.T) {
 		if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 9470 || c.Ports[0].Name != "metrics" {
 			t.Errorf("ports %+v", c.Ports)
 		}
-		pod := find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec
+		if c.StartupProbe == nil || c.StartupProbe.HTTPGet.Path != "/healthz" {
+			t.Errorf("startup probe %+v", c.StartupProbe)
+		}
+		ds := find[*appsv1.DaemonSet](t, objs)
+		pod := ds.Spec.Template.Spec
 		if pod.PriorityClassName != "system-node-critical" {
 			t.Errorf("priority class %q", pod.PriorityClassName)
+		}
+		// The metrics port is a host port: a node's new pod cannot start
+		// beside the old one.
+		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
+			t.Errorf("update strategy %+v, want no surge with a host port", ds.Spec.UpdateStrategy)
 		}
 		if n := count[*admissionv1.ValidatingAdmissionPolicy](objs); n != 1 {
 			t.Errorf("%d admission policies", n)
@@ -189,6 +203,38 @@ func TestChartValues(t *testing.T) {
 		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
 			t.Errorf("the device-plugin mode serves a resource from one pod at a time; update strategy %+v", ds.Spec.UpdateStrategy)
 		}
+		// Its own port, so that both modes may run on one node.
+		if c := container(t, objs); !slices.Contains(c.Args, "--metrics-address=:9471") || c.Ports[0].ContainerPort != 9471 {
+			t.Errorf("the device-plugin mode's metrics: %q %+v, want port 9471", c.Args, c.Ports)
+		}
+		// It runs on releases without DRA.
+		if _, err := template(t, "mode=device-plugin", "--kube-version=1.33.0"); err != nil {
+			t.Errorf("the device-plugin mode on 1.33: %v", err)
+		}
+	})
+	t.Run("surge without metrics", func(t *testing.T) {
+		ds := find[*appsv1.DaemonSet](t, rendering(t, "metrics.enabled=false"))
+		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 {
+			t.Errorf("dra.podUID without a host port: update strategy %+v, want a surge", ds.Spec.UpdateStrategy)
+		}
+	})
+	t.Run("scheduling and resources", func(t *testing.T) {
+		objs := rendering(t, "nodeSelector.gpu=yes", "tolerations[0].operator=Exists", "priorityClassName=high",
+			"resources.limits.memory=64Mi", "updateStrategy.type=OnDelete", "podAnnotations.a=b", "podLabels.team=x")
+		ds := find[*appsv1.DaemonSet](t, objs)
+		pod := ds.Spec.Template.Spec
+		if pod.NodeSelector["gpu"] != "yes" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Operator != corev1.TolerationOpExists || pod.PriorityClassName != "high" {
+			t.Errorf("node selector %v, tolerations %+v, priority class %q", pod.NodeSelector, pod.Tolerations, pod.PriorityClassName)
+		}
+		if m := pod.Containers[0].Resources.Limits.Memory(); m.String() != "64Mi" {
+			t.Errorf("memory limit %v", m)
+		}
+		if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+			t.Errorf("update strategy %+v", ds.Spec.UpdateStrategy)
+		}
+		if ds.Spec.Template.Annotations["a"] != "b" || ds.Spec.Template.Labels["team"] != "x" || ds.Spec.Template.Annotations["checksum/config"] == "" {
+			t.Errorf("pod annotations %v, labels %v", ds.Spec.Template.Annotations, ds.Spec.Template.Labels)
+		}
 	})
 	t.Run("metrics off", func(t *testing.T) {
 		c := container(t, rendering(t, "metrics.enabled=false"))
@@ -201,7 +247,7 @@ func TestChartValues(t *testing.T) {
 		if slices.Contains(container(t, objs).Args, "--pod-uid=$(POD_UID)") {
 			t.Error("--pod-uid with dra.podUID=false")
 		}
-		if ru := find[*appsv1.DaemonSet](t, objs).Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 {
+		if ru := find[*appsv1.DaemonSet](t, rendering(t, "dra.podUID=false", "metrics.enabled=false")).Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 {
 			t.Errorf("a surge without --pod-uid: %+v", ru)
 		}
 	})
@@ -258,6 +304,8 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"metrics.port=0"}, "/metrics/port"},
 		{[]string{"hostPaths.kubeletDir=var/lib/kubelet"}, "/hostPaths/kubeletDir"},
 		{[]string{"loging.format=json"}, "loging"},
+		{[]string{"--kube-version=1.34.0"}, "mode dra needs Kubernetes 1.35 or later"},
+		{[]string{"updateStrategy.rollingUpdate.maxSurge=1"}, "a surge pod cannot have the metrics host port"},
 	} {
 		if out, err := template(t, tt.values...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: %v, want an error naming %s\n%s", tt.values, err, tt.want, out)

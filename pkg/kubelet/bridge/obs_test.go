@@ -75,7 +75,7 @@ func TestProbes(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
 		for {
-			err := p.Ready()
+			err := p.Ready(t.Context())
 			if want == "" && err == nil || err != nil && want != "" && strings.Contains(err.Error(), want) {
 				return
 			}

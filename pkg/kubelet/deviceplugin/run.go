@@ -142,7 +142,7 @@ func (p *Plugin) Live(ctx context.Context) error {
 
 // Ready implements probe.Check: the resource is registered with the
 // kubelet whose registration socket is there now.
-func (p *Plugin) Ready() error {
+func (p *Plugin) Ready(context.Context) error {
 	if !p.registered.Load() {
 		return errors.New("not registered with the kubelet")
 	}

@@ -64,7 +64,9 @@ type driver struct {
 	failing   []bool                  // whether the last DEVICES of a config failed
 	inv       bridge.Inventory
 	offered   []resourceapi.Device // what the slice lists
-	published bool
+	published bool                 // offered handed to the slice controller
+	written   bool                 // the API server was seen with offered (Ready)
+	sliceErr  error                // the slice controller's last failure, until Ready sees the slices written
 	unnamed   map[string]bool      // keys already warned about
 	missing   map[string]time.Time // claim UID → first scan that found it gone
 	// known are the devices ever offered, by name, as last offered
@@ -164,7 +166,16 @@ func (d *driver) stop() {
 // stops the driver.
 func (d *driver) HandleError(_ context.Context, err error, msg string) {
 	var dropped *resourceslice.DroppedFieldsError
-	if errors.Is(err, kubeletplugin.ErrRecoverable) || errors.As(err, &dropped) {
+	if errors.As(err, &dropped) {
+		d.log.Warn(msg, "err", err)
+		return
+	}
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		// The slice controller failed to write the slices (it retries):
+		// not ready until they are seen written.
+		d.mu.Lock()
+		d.sliceErr = err
+		d.mu.Unlock()
 		d.log.Warn(msg, "err", err)
 		return
 	}

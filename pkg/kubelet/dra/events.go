@@ -3,6 +3,8 @@ package dra
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -35,8 +37,13 @@ func (d *driver) event(claim *corev1.ObjectReference, eventType, reason, action,
 	if d.recorder == nil {
 		return
 	}
+	note = strings.ToValidUTF8(note, "\uFFFD")
 	if len(note) > noteMax {
-		note = note[:noteMax-3] + "..."
+		cut := noteMax - len("...")
+		for cut > 0 && !utf8.RuneStart(note[cut]) {
+			cut-- // whole characters only: the API server counts bytes of valid UTF-8
+		}
+		note = note[:cut] + "..."
 	}
 	d.recorder.Eventf(claim, nil, eventType, reason, action, "%s", note)
 }

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,11 +11,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	eventsv1 "k8s.io/api/events/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -246,6 +253,77 @@ func TestProbes(t *testing.T) {
 		lines := strings.Split(strings.TrimSuffix(body, "\n"), "\n")
 		if code != s.code || len(lines) != len(s.body) || !slices.EqualFunc(lines, s.body, strings.HasPrefix) {
 			t.Fatalf("step %d: %s answers %d %q, want %d %q", i, s.path, code, body, s.code, s.body)
+		}
+	}
+}
+
+// TestReadyWaitsForTheSlice checks that /readyz answers what the API
+// server has, not what was handed to the slice controller: while the API
+// server refuses the driver's slices (as the admission policy would),
+// the driver is not ready, with the reason; once it takes them, it is.
+func TestReadyWaitsForTheSlice(t *testing.T) {
+	n := ttyNode(t)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	n.client.PrependReactor("create", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refuse.Load() {
+			return true, nil, apierrors.NewForbidden(resourceapi.Resource("resourceslices"), "", errors.New("denied by the test's policy"))
+		}
+		return false, nil, nil
+	})
+	in := n.start(n.options())
+	for _, driver := range []string{gpuDriver, ttyDriver} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		if _, err := registerapi.NewRegistrationClient(n.conn(in.regSocket(driver))).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	checks := in.plugin.Checks()
+	ready := func() error {
+		var failed []string
+		for _, c := range checks {
+			if err := c.Ready(t.Context()); err != nil {
+				failed = append(failed, c.Name()+": "+err.Error())
+			}
+		}
+		if len(failed) > 0 {
+			return errors.New(strings.Join(failed, "; "))
+		}
+		return nil
+	}
+	n.eventually("the refused write to reach the probe", func() error {
+		err := ready()
+		if err == nil {
+			return fmt.Errorf("%w: ready while the API server refuses the slices", errGiveUp)
+		}
+		if !strings.Contains(err.Error(), "writing the ResourceSlice failed") || !strings.Contains(err.Error(), "denied by the test's policy") {
+			return err
+		}
+		return nil
+	})
+	refuse.Store(false)
+	n.eventually("ready once the API server takes the slices", ready)
+}
+
+// TestEventNoteCut checks that a long note is cut to the API server's
+// bound at a character's boundary, so that it stays valid UTF-8.
+func TestEventNoteCut(t *testing.T) {
+	for _, note := range []string{
+		strings.Repeat("é", noteMax),       // two bytes each
+		"x" + strings.Repeat("€", noteMax), // three bytes each, off by one
+		strings.Repeat("a", noteMax),       // fits exactly
+		"bad \xff byte",                    // not UTF-8 at all
+	} {
+		rec := events.NewFakeRecorder(1)
+		d := &driver{recorder: rec}
+		d.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", note)
+		got := strings.TrimPrefix(<-rec.Events, "Warning "+ReasonPrepareFailed+" ")
+		if len(got) > noteMax || !utf8.ValidString(got) {
+			t.Errorf("a note of %d bytes became %d bytes, valid UTF-8 %v", len(note), len(got), utf8.ValidString(got))
+		}
+		if len(note) <= noteMax && utf8.ValidString(note) && got != note {
+			t.Errorf("a note that fits was changed: %q", got)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -39,11 +41,15 @@ func (d *driver) Live(ctx context.Context) error {
 }
 
 // Ready implements probe.Check: the kubelet has registered the driver
-// (it called NotifyRegistrationStatus with success), and the driver has
-// published its slice at least once.
-func (d *driver) Ready() error {
+// (it called NotifyRegistrationStatus with success), and the API server
+// has the node's ResourceSlices with every device the driver offers.
+// PublishResources only hands the devices to the slice controller, which
+// writes them in the background and reports its failures to HandleError;
+// so Ready looks the slices up until it has seen them written, and again
+// after each failure the controller reported.
+func (d *driver) Ready(ctx context.Context) error {
 	d.mu.Lock()
-	h, published := d.helper, d.published
+	h, published, written, failed := d.helper, d.published, d.written, d.sliceErr
 	d.mu.Unlock()
 	if h == nil {
 		return errors.New("not started")
@@ -55,6 +61,44 @@ func (d *driver) Ready() error {
 		return fmt.Errorf("the kubelet refused the registration: %s", st.Error)
 	case !published:
 		return errors.New("the ResourceSlice is not published yet")
+	case written && failed == nil:
+		return nil
 	}
+	if err := d.confirmWritten(ctx); err != nil {
+		if failed != nil {
+			return fmt.Errorf("writing the ResourceSlice failed: %w", failed)
+		}
+		return err
+	}
+	return nil
+}
+
+// confirmWritten looks up the node's ResourceSlices of the driver, and
+// records them written when they list every device the driver offers.
+func (d *driver) confirmWritten(ctx context.Context) error {
+	sel := fields.Set{"spec.driver": d.name, "spec.nodeName": d.node}.AsSelector().String()
+	l, err := d.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return fmt.Errorf("looking up the ResourceSlice: %w", err)
+	}
+	listed := map[string]bool{}
+	for _, s := range l.Items {
+		if s.Spec.Driver == d.name && s.Spec.Pool.Name == d.node && s.Spec.NodeName != nil && *s.Spec.NodeName == d.node {
+			for _, dev := range s.Spec.Devices {
+				listed[dev.Name] = true
+			}
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(l.Items) == 0 {
+		return errors.New("the API server has no ResourceSlice of the driver yet")
+	}
+	for _, dev := range d.offered {
+		if !listed[dev.Name] {
+			return fmt.Errorf("the API server's ResourceSlices lack device %s yet", dev.Name)
+		}
+	}
+	d.written, d.sliceErr = true, nil
 	return nil
 }

@@ -1,8 +1,8 @@
 // Package probe serves cdi-kubelet-plugin's HTTP endpoints: /metrics,
 // and the kubelet's probes /healthz (liveness: every driver or resource
 // answers on its gRPC sockets) and /readyz (readiness: every one is
-// registered with the kubelet, and a DRA driver has published its
-// slice). A probe answers 200 "ok", or 503 with one line per driver or
+// registered with the kubelet, and the API server has a DRA driver's
+// slices). A probe answers 200 "ok", or 503 with one line per driver or
 // resource that fails it.
 package probe
 
@@ -28,7 +28,7 @@ type Check interface {
 	// Live fails when the process does not answer on its sockets.
 	Live(ctx context.Context) error
 	// Ready fails, with the reason, until the kubelet may use it.
-	Ready() error
+	Ready(ctx context.Context) error
 }
 
 // Handler serves metrics on /metrics and the probes of checks on /healthz
@@ -42,7 +42,9 @@ func Handler(metrics http.Handler, checks []Check) http.Handler {
 		answer(w, checks, func(c Check) error { return c.Live(ctx) })
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		answer(w, checks, Check.Ready)
+		ctx, cancel := context.WithTimeout(r.Context(), Timeout)
+		defer cancel()
+		answer(w, checks, func(c Check) error { return c.Ready(ctx) })
 	})
 	return mux
 }

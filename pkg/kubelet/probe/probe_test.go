@@ -19,7 +19,7 @@ type check struct {
 
 func (c check) Name() string               { return c.name }
 func (c check) Live(context.Context) error { return c.live }
-func (c check) Ready() error               { return c.ready }
+func (c check) Ready(context.Context) error { return c.ready }
 func (c check) String() string             { return c.name }
 
 func TestHandler(t *testing.T) {

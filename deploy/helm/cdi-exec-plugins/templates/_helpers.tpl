@@ -6,12 +6,32 @@ deploy/ is rendered with the release name "cdi".
 {{- default .Release.Name .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The mode, checked. */}}
+{{/*
+The mode, checked: the dra mode needs Kubernetes 1.35 or later (the
+device-plugin mode runs on any release).
+*/}}
 {{- define "cdi.mode" -}}
 {{- if not (has .Values.mode (list "dra" "device-plugin")) -}}
 {{- fail (printf "mode %q: the modes are dra and device-plugin" .Values.mode) -}}
 {{- end -}}
+{{- if and (eq .Values.mode "dra") (semverCompare "<1.35.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "mode dra needs Kubernetes 1.35 or later, and this cluster is %s: use mode device-plugin" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- .Values.mode -}}
+{{- end -}}
+
+{{/*
+The metrics port: metrics.port, or by mode 9470 (dra) and 9471
+(device-plugin), so that both modes may run on one node.
+*/}}
+{{- define "cdi.metricsPort" -}}
+{{- if .Values.metrics.port -}}
+{{ .Values.metrics.port }}
+{{- else if eq (include "cdi.mode" .) "dra" -}}
+9470
+{{- else -}}
+9471
+{{- end -}}
 {{- end -}}
 
 {{/* The name of the DaemonSet (and, in the dra mode, its service account). */}}
@@ -57,11 +77,22 @@ list: the type's name, its values.
 {{ $name }}.d/{{ $file }}.conf
 {{- end -}}
 
-{{/* The update strategy: the values', or the mode's default. */}}
+{{/*
+The update strategy: the values', or the mode's default. A new pod can
+start beside the old one (a surge) only in the dra mode with --pod-uid,
+and only without metrics: on the host's network the metrics port is a
+host port, which two pods of a node cannot both have (the scheduler would
+not place the new one).
+*/}}
 {{- define "cdi.updateStrategy" -}}
+{{- $surge := and (eq (include "cdi.mode" .) "dra") .Values.dra.podUID (not .Values.metrics.enabled) -}}
 {{- if .Values.updateStrategy -}}
+{{- $ru := .Values.updateStrategy.rollingUpdate | default dict -}}
+{{- if and .Values.metrics.enabled (not (has (toString ($ru.maxSurge | default 0)) (list "0" "0%"))) -}}
+{{- fail "updateStrategy.rollingUpdate.maxSurge: a surge pod cannot have the metrics host port of the pod it replaces; set metrics.enabled=false for a surge" -}}
+{{- end -}}
 {{ toYaml .Values.updateStrategy }}
-{{- else if and (eq (include "cdi.mode" .) "dra") .Values.dra.podUID -}}
+{{- else if $surge -}}
 type: RollingUpdate
 rollingUpdate:
   maxUnavailable: 0
