@@ -17,10 +17,10 @@ type check struct {
 	live, ready error
 }
 
-func (c check) Name() string               { return c.name }
-func (c check) Live(context.Context) error { return c.live }
+func (c check) Name() string                { return c.name }
+func (c check) Live(context.Context) error  { return c.live }
 func (c check) Ready(context.Context) error { return c.ready }
-func (c check) String() string             { return c.name }
+func (c check) String() string              { return c.name }
 
 func TestHandler(t *testing.T) {
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "metrics\n") })
