@@ -24,9 +24,11 @@ x_seconds_bucket{driver="b\"q",le="0.1"} 7
 x_seconds_bucket{driver="b\"q",le="+Inf"} 7
 x_seconds_sum{driver="b\"q"} 0.01
 x_seconds_count{driver="b\"q"} 7
-x_seconds_total 3
+# TYPE x_total counter
+x_total 3
 `
-	const after = `x_seconds_bucket{driver="a",le="0.01"} 1
+	const after = `# TYPE x_seconds histogram
+x_seconds_bucket{driver="a",le="0.01"} 1
 x_seconds_bucket{driver="a",le="0.1"} 6
 x_seconds_bucket{driver="a",le="+Inf"} 12 1700000000000
 x_seconds_sum{driver="a"} 5.06
