@@ -85,14 +85,7 @@ func TestClusterDRATTYs(t *testing.T) {
 	}
 	next := d.waitDriver(ctx, t, driverPod)
 	d.waitLog(ctx, t, next, `"slice published" `)
-	after, err := c.WaitPod(ctx, "default", "two-ttys", Running)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameContainer(t, "the driver's restart", pod, after)
-	if again, againUID := d.checkClaim(ctx, t, after); !slices.Equal(again, held) || againUID != uid {
-		t.Fatalf("after the driver's restart the claim %s holds %v, was %s with %v", againUID, again, uid, held)
-	}
+	d.stillPrepared(ctx, t, "the driver's restart", pod, held, uid)
 	t.Logf("driver pod %s replaced by %s in %.1fs; the claim stays prepared", driverPod, next, time.Since(start).Seconds())
 
 	start = time.Now()
@@ -107,6 +100,20 @@ func TestClusterDRATTYs(t *testing.T) {
 	}
 	if strings.Contains(log, "forbidden") {
 		t.Errorf("the driver logged %q:\n%s", "forbidden", log)
+	}
+}
+
+// stillPrepared checks that after event the claim pod still runs in the
+// same container, and its claim holds the same devices under the same UID.
+func (d *draRun) stillPrepared(ctx context.Context, t *testing.T, event string, pod Pod, held []string, uid string) {
+	t.Helper()
+	after, err := d.c.WaitPod(ctx, "default", pod.Metadata.Name, Running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameContainer(t, event, pod, after)
+	if again, againUID := d.checkClaim(ctx, t, after); !slices.Equal(again, held) || againUID != uid {
+		t.Fatalf("after %s the claim %s holds %v, was %s with %v", event, againUID, again, uid, held)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,14 +84,7 @@ func TestClusterHelm(t *testing.T) {
 	next := d.waitDriver(ctx, t, driverPod)
 	d.waitLog(ctx, t, next, "slice published")
 	h.waitReady(ctx, t, next)
-	after, err := c.WaitPod(ctx, "default", "two-ttys", Running)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameContainer(t, "helm upgrade", pod, after)
-	if again, againUID := d.checkClaim(ctx, t, after); !slices.Equal(again, held) || againUID != uid {
-		t.Fatalf("after helm upgrade the claim %s holds %v, was %s with %v", againUID, again, uid, held)
-	}
+	d.stillPrepared(ctx, t, "helm upgrade", pod, held, uid)
 	t.Logf("helm upgrade replaced %s by %s in %.1fs; the claim stays prepared", driverPod, next, time.Since(start).Seconds())
 
 	if _, err := c.Kubectl(ctx, "delete", "pod", "two-ttys", "--wait=false"); err != nil {
