@@ -13,6 +13,29 @@ import (
 	"github.com/cdi-exec/plugins/pkg/kubelet/modelock"
 )
 
+// TestHelpHidesGatedFlags checks that the help lists component-base's
+// logging flags but not its alpha ones, which need a feature gate this
+// command does not take.
+func TestHelpHidesGatedFlags(t *testing.T) {
+	for _, mode := range []string{"dra", "device-plugin"} {
+		var out bytes.Buffer
+		e := env{getenv: func(string) string { return "" }, stdout: &out, stderr: &out}
+		if status := runOnce(t, context.Background(), []string{mode, "--help"}, e); status != exitOK {
+			t.Fatalf("%s --help: status %d", mode, status)
+		}
+		for _, want := range []string{"--vmodule", "--log-flush-frequency", "--logging-format"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s --help lacks %s", mode, want)
+			}
+		}
+		for _, gated := range []string{"split-stream", "info-buffer-size", "[Alpha]"} {
+			if strings.Contains(out.String(), gated) {
+				t.Errorf("%s --help lists the gated %s", mode, gated)
+			}
+		}
+	}
+}
+
 func TestUsage(t *testing.T) {
 	tests := []struct {
 		args   []string

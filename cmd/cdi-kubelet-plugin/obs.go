@@ -38,7 +38,15 @@ func (o *observability) addFlags(fs *flag.FlagSet) {
 		panic(err) // a fresh gate takes them
 	}
 	fs.StringVar(&o.metricsAddr, "metrics-address", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, or :port for every address); none when empty")
-	logsapi.AddGoFlags(o.logging, fs)
+	// component-base's flags, less its alpha ones: they need the
+	// LoggingAlphaOptions gate, which this command does not take.
+	logging := flag.NewFlagSet("logging", flag.ContinueOnError)
+	logsapi.AddGoFlags(o.logging, logging)
+	logging.VisitAll(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Usage, "[Alpha]") {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 }
 
 // validate checks the logging flags.
