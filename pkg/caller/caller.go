@@ -257,39 +257,32 @@ func (e *PluginError) Code() int {
 	return protocol.CodeInternal
 }
 
-func (c Caller) run(ctx context.Context, conf Config, env ...string) (*invoke.Reply, error) {
+// run runs the plugin of conf for the command cmd, with the Caller's
+// environment, then env, and tells the Observer.
+func (c Caller) run(ctx context.Context, conf Config, cmd string, env ...string) (*invoke.Reply, error) {
+	env = append(append(slices.Clip(c.Env), protocol.EnvCommand+"="+cmd), env...)
 	start := time.Now()
-	r, err := invoke.Run(ctx, invoke.Call{Plugin: conf.Plugin, Path: c.Path, Env: append(slices.Clip(c.Env), env...), Config: conf.Raw, Timeout: c.Timeout})
+	r, err := invoke.Run(ctx, invoke.Call{Plugin: conf.Plugin, Path: c.Path, Env: env, Config: conf.Raw, Timeout: c.Timeout})
+	var pe *PluginError
 	if err != nil {
-		err = &PluginError{Config: conf, Err: err}
+		pe = &PluginError{Config: conf, Err: err}
 	}
 	if c.Observer != nil {
 		code := 0
-		var pe *PluginError
-		if errors.As(err, &pe) {
+		if pe != nil {
 			code = pe.Code()
 		}
-		c.Observer.ObservePluginRun(conf.Plugin, commandOf(env), code, time.Since(start))
+		c.Observer.ObservePluginRun(conf.Plugin, cmd, code, time.Since(start))
 	}
-	if err != nil {
-		return nil, err
+	if pe != nil {
+		return nil, pe
 	}
 	return r, nil
 }
 
-// commandOf returns the CDI_COMMAND of a run's environment.
-func commandOf(env []string) string {
-	for _, kv := range env {
-		if cmd, ok := strings.CutPrefix(kv, protocol.EnvCommand+"="); ok {
-			return cmd
-		}
-	}
-	return ""
-}
-
 // Versions asks a plugin which protocol versions it supports.
 func (c Caller) Versions(ctx context.Context, conf Config) ([]string, error) {
-	r, err := c.run(ctx, conf, protocol.EnvCommand+"="+protocol.CmdVersion)
+	r, err := c.run(ctx, conf, protocol.CmdVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +314,7 @@ func (c Caller) command(ctx context.Context, conf Config, cmd string, env ...str
 	if err != nil {
 		return nil, err
 	}
-	return c.run(ctx, conf, append([]string{protocol.EnvCommand + "=" + cmd, protocol.EnvVersion + "=" + v}, env...)...)
+	return c.run(ctx, conf, cmd, append([]string{protocol.EnvVersion + "=" + v}, env...)...)
 }
 
 // Extension runs one of our extension commands (such as DEVICES) and

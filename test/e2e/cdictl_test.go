@@ -57,6 +57,24 @@ func (r result) json(t *testing.T, v any) {
 	}
 }
 
+// gcAnswer is cdictl gc's JSON answer.
+type gcAnswer struct {
+	DryRun  bool
+	Results []struct {
+		Plugin string
+		Freed  []string
+	}
+}
+
+// freed is how many ids the answer's plugins freed.
+func (a gcAnswer) freed() int {
+	n := 0
+	for _, res := range a.Results {
+		n += len(res.Freed)
+	}
+	return n
+}
+
 var ctlConfs = map[string]string{
 	"gpu.d/drm.conf":         `{"cdiVersion":"0.0.1","name":"gpus","type":"gpu","plugin":"drm"}`,
 	"tty.d/generic-tty.conf": `{"cdiVersion":"0.0.1","name":"ttys","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12}}`,
@@ -157,21 +175,14 @@ func TestCdictlAddLsDelGC(t *testing.T) {
 	// GC keeps the valid ids and frees the rest.
 	n.ctl("add", "--id", "pod-c", "tty:2")
 	r = n.ctl("gc", "--valid", "pod-a")
-	var gc struct {
-		Results []struct {
-			Plugin string
-			Freed  []string
-		}
-	}
+	var gc gcAnswer
 	r.json(t, &gc)
-	freed := 0
 	for _, res := range gc.Results {
-		freed += len(res.Freed)
 		if res.Plugin == "generic-tty" && (len(res.Freed) != 1 || res.Freed[0] != "pod-c") {
 			t.Fatalf("gc: %s", r.stdout)
 		}
 	}
-	if r.status != 0 || freed != 1 {
+	if r.status != 0 || gc.freed() != 1 {
 		t.Fatalf("gc: %s", r.stdout)
 	}
 	if r := n.ctl("gc"); r.status != 2 {

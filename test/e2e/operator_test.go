@@ -100,19 +100,9 @@ func TestCdictlDelGCExitStatus(t *testing.T) {
 	}
 	// gc --dry-run lists and frees nothing.
 	r := n.ctl("gc", "--dry-run", "--none-valid")
-	var gc struct {
-		DryRun  bool
-		Results []struct {
-			Plugin string
-			Freed  []string
-		}
-	}
+	var gc gcAnswer
 	r.json(t, &gc)
-	freed := 0
-	for _, res := range gc.Results {
-		freed += len(res.Freed)
-	}
-	if r.status != 0 || !gc.DryRun || freed != 2 || len(n.lsRows()) != 2 {
+	if r.status != 0 || !gc.DryRun || gc.freed() != 2 || len(n.lsRows()) != 2 {
 		t.Fatalf("gc --dry-run: %d %s %s", r.status, r.stdout, r.stderr)
 	}
 	// Every store unreadable: a damaged file in place of each.

@@ -54,12 +54,8 @@ const repoRoot = "../.."
 //  4. deleting the pod unprepares the claim: the ttys are free again
 //     (cdictl ls) and the spec file is gone.
 func TestClusterDRATTYs(t *testing.T) {
-	bin := repoBin(t)
-	reserved := ttyReserve(t)
-	c := StartCluster(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
-	d := newDRARun(t, c, bin, reserved)
+	ctx, d := newDRARun(t, 10*time.Minute)
+	c := d.c
 	start := time.Now()
 	d.loadImage(ctx, t)
 	t.Logf("image built and imported in %.1fs", time.Since(start).Seconds())
@@ -125,7 +121,20 @@ type draRun struct {
 	reserved int
 }
 
-func newDRARun(t *testing.T, c *Cluster, bin string, reserved int) *draRun {
+// newDRARun starts a cluster (after checking that this machine has the
+// tools named, beyond the cluster's own) for a DRA deployment of the
+// repository's binaries, and returns a context of the test's that ends
+// after bound, and the deployment, nothing deployed yet.
+func newDRARun(t *testing.T, bound time.Duration, tools ...string) (context.Context, *draRun) {
+	t.Helper()
+	bin := repoBin(t)
+	reserved := ttyReserve(t)
+	if len(tools) > 0 {
+		preflight(t, tools...)
+	}
+	c := StartCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	t.Cleanup(cancel)
 	d := &draRun{c: c, reserved: reserved, claims: filepath.Join(c.Dir, "dra-state"),
 		b: &bridgeRun{n: c.Node, bin: bin, conf: filepath.Join(c.Dir, "cdi-conf"), state: filepath.Join(c.Dir, "cdi-state")}}
 	// The host's copy of the tty config is for cdictl.
@@ -135,7 +144,7 @@ func newDRARun(t *testing.T, c *Cluster, bin string, reserved int) *draRun {
 	if err := os.WriteFile(filepath.Join(d.b.conf, "tty.d", "generic-tty.conf"), []byte(d.ttyConf()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return ctx, d
 }
 
 func (d *draRun) ttyConf() string {

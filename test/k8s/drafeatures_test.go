@@ -47,12 +47,7 @@ const (
 //     a taint; the holder keeps running and shows the device Unhealthy,
 //     and a new claim for it stays unallocated until the node is back.
 func TestClusterDRAFeatures(t *testing.T) {
-	bin := repoBin(t)
-	reserved := ttyReserve(t)
-	c := StartCluster(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)
-	defer cancel()
-	d := newDRARun(t, c, bin, reserved)
+	ctx, d := newDRARun(t, 30*time.Minute)
 	d.loadImage(ctx, t)
 	d.apply(ctx, t, d.driverManifests(t))
 	driverPod := d.waitDriver(ctx, t, "")

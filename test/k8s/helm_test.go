@@ -39,13 +39,8 @@ const chart = repoRoot + "/deploy/helm/cdi-exec-plugins"
 //  6. helm uninstall leaves nothing of the release in the cluster, and
 //     the node's state (the plugins' stores) stays.
 func TestClusterHelm(t *testing.T) {
-	bin := repoBin(t)
-	reserved := ttyReserve(t)
-	preflight(t, "helm")
-	c := StartCluster(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
-	d := newDRARun(t, c, bin, reserved)
+	ctx, d := newDRARun(t, 10*time.Minute, "helm")
+	c := d.c
 	h := newHelmRun(t, d)
 
 	out := h.helm(ctx, t, "lint", "--strict", chart)

@@ -26,10 +26,6 @@ const (
 	Unhealthy = "unhealthy"
 )
 
-// buckets suit runs of a few milliseconds (a DEVICES of a warm plugin) to
-// tens of seconds (a plugin near its timeout).
-var buckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
-
 // Metrics are the process's metrics. Its methods are safe for concurrent
 // use. It implements caller.Observer.
 type Metrics struct {
@@ -48,6 +44,9 @@ type Metrics struct {
 // New returns the metrics in a new registry, with the Go runtime's and
 // the process's collectors.
 func New() *Metrics {
+	// The buckets suit runs of a few milliseconds (a DEVICES of a warm
+	// plugin) to tens of seconds (a plugin near its timeout).
+	buckets := []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		prepare: prometheus.NewCounterVec(prometheus.CounterOpts{
