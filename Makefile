@@ -30,7 +30,7 @@ endif
 ifeq ($(origin COMMIT),undefined)
 COMMIT := $(shell $(GIT_TRUST) git rev-parse HEAD 2>/dev/null)
 endif
-BUILDINFO := github.com/cdi-exec/plugins/pkg/buildinfo
+BUILDINFO := github.com/cdi-exec/plugins/internal/buildinfo
 
 export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
@@ -188,7 +188,7 @@ demo: build
 # exec floor (docs/performance.md). BENCH_RUNS sets runs per scenario.
 BENCH_RUNS ?= 300
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1s ./pkg/... ./plugins/...
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./pkg/... ./internal/... ./plugins/...
 	$(GO) run ./test/bench -bin $(BIN) -n $(BENCH_RUNS)
 
 # Runs every fuzz target for FUZZTIME each.

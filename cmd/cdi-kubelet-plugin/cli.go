@@ -11,11 +11,11 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/cdi-exec/plugins/pkg/buildinfo"
+	"github.com/cdi-exec/plugins/internal/buildinfo"
+	"github.com/cdi-exec/plugins/internal/cdispec"
+	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/cdispec"
-	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
-	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	logsapi "k8s.io/component-base/logs/api/v1"
 
-	"github.com/cdi-exec/plugins/pkg/kubelet/modelock"
+	"github.com/cdi-exec/plugins/internal/kubelet/modelock"
 )
 
 // TestHelpHidesGatedFlags checks that the help lists component-base's

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
-	"github.com/cdi-exec/plugins/pkg/kubelet/bridge"
-	"github.com/cdi-exec/plugins/pkg/kubelet/dra"
-	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
+	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/dra"
+	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 

@@ -16,8 +16,8 @@ import (
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 
-	"github.com/cdi-exec/plugins/pkg/kubelet/metrics"
-	"github.com/cdi-exec/plugins/pkg/kubelet/probe"
+	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
+	"github.com/cdi-exec/plugins/internal/kubelet/probe"
 )
 
 // observability is what both modes share to be watched: the log, as

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/kubelet/kubelettest"
 	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
 // binDir holds the plugin binaries.

@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/spf13/pflag"
 	"slices"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/spf13/pflag"
+
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 func addCommand() *command {
@@ -40,13 +42,13 @@ func (f *addFlags) run(a *app, args []string) int {
 	if len(args) != 1 {
 		return a.usageErr("want one SPEC:N[,SPEC:N...] argument")
 	}
-	req, err := abnf.ParseRequest(args[0])
+	req, err := request.Parse(args[0])
 	if err != nil {
 		return a.usageErr("%v", err)
 	}
 	var numa []int
 	if f.numa != "" {
-		if numa, err = abnf.ParseNUMA(f.numa); err != nil {
+		if numa, err = request.ParseNUMA(f.numa); err != nil {
 			return a.usageErr("--numa: %v", err)
 		}
 	}
@@ -101,12 +103,12 @@ func (a *app) added(added []*caller.Added, withNUMA bool) {
 		}
 	}
 	slices.Sort(locality)
-	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "devices", Value: devices}}
+	fields := []rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "devices", Value: devices}}
 	if withNUMA {
-		fields = append(fields, protocol.Field{Key: "numa_locality", Value: protocol.NonNil(locality)})
+		fields = append(fields, rawjson.Field{Key: "numa_locality", Value: rawjson.NonNil(locality)})
 	}
 	if len(cdiDevices) > 0 {
-		fields = append(fields, protocol.Field{Key: "cdiDevices", Value: cdiDevices})
+		fields = append(fields, rawjson.Field{Key: "cdiDevices", Value: cdiDevices})
 	}
 	a.report("TYPE\tPLUGIN\tDEVICES", rowsOf(added, func(ad **caller.Added) []string {
 		return []string{(*ad).Config.Type, (*ad).Config.Plugin, strings.Join((*ad).Devices, " ")}
@@ -114,7 +116,7 @@ func (a *app) added(added []*caller.Added, withNUMA bool) {
 }
 
 // requestTypes returns the resource types a request names, once each.
-func requestTypes(req abnf.Request) []string {
+func requestTypes(req request.Request) []string {
 	var types []string
 	for _, it := range req.Items {
 		if !slices.Contains(types, it.Spec.Type) {

@@ -14,11 +14,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/internal/nearmiss"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/invoke"
-	"github.com/cdi-exec/plugins/pkg/nearmiss"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // Exit statuses.
@@ -336,7 +336,7 @@ func (a *app) typeArg(args []string) ([]string, bool) {
 	case 0:
 		return nil, true
 	case 1:
-		if err := abnf.ValidType(args[0]); err != nil {
+		if err := request.ValidType(args[0]); err != nil {
 			a.usageErr("%v", err)
 			return nil, false
 		}
@@ -352,7 +352,7 @@ func (a *app) requestID(id string) (string, bool) {
 		a.usageErr("--id is required")
 		return "", false
 	}
-	if err := abnf.ValidRequestID(id); err != nil {
+	if err := request.ValidRequestID(id); err != nil {
 		a.usageErr("--id: %v", err)
 		return "", false
 	}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
-	"github.com/spf13/pflag"
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/pflag"
+
+	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 func checkCommand() *command {
@@ -63,7 +65,7 @@ func (f *checkFlags) run(a *app, args []string) int {
 		out = append(out, e)
 	}
 	a.report("STORE\tSCHEMA\tRECORDS\tINDEXED\tRESULT", rowsOf(out, checkRow),
-		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "stores", Value: out})
+		rawjson.Field{Key: "cdiVersion", Value: protocol.Latest}, rawjson.Field{Key: "stores", Value: out})
 	return a.status(failed)
 }
 

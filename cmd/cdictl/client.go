@@ -1,10 +1,12 @@
 package main
 
 import (
-	"github.com/spf13/pflag"
 	"io"
 
-	"github.com/cdi-exec/plugins/pkg/buildinfo"
+	"github.com/spf13/pflag"
+
+	"github.com/cdi-exec/plugins/internal/buildinfo"
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -38,7 +40,7 @@ func (a *app) client(args []string) int {
 		return printVersion(a.stdout)
 	}
 	i := buildinfo.Get()
-	a.writeFields([]protocol.Field{
+	a.writeFields([]rawjson.Field{
 		{Key: "cdiVersion", Value: protocol.Latest},
 		{Key: "supportedVersions", Value: protocol.SupportedVersions()},
 		{Key: "client", Value: struct {

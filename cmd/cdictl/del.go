@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
-	"github.com/spf13/pflag"
 	"slices"
 
+	"github.com/spf13/pflag"
+
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -54,7 +56,7 @@ func (a *app) del(id string, args []string) int {
 			res = "freed"
 		}
 		return []string{e.Type, e.Plugin, e.File, res}
-	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "requestId", Value: id}, protocol.Field{Key: "results", Value: out})
+	}), rawjson.Field{Key: "cdiVersion", Value: protocol.Latest}, rawjson.Field{Key: "requestId", Value: id}, rawjson.Field{Key: "results", Value: out})
 	if !failed && !slices.ContainsFunc(out, func(e delEntry) bool { return e.Freed }) {
 		fmt.Fprintf(a.stderr, "cdictl: note: no plugin held anything under %s\n", id)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jaypipes/pcidb"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -105,7 +106,7 @@ func (a *app) devices(args []string) int {
 		return err
 	})
 	a.report("TYPE\tPLUGIN\tDEVICE\tNODES\tID\tNAME\tNUMA\tSWITCH\tSTATE", func() [][]string { return deviceRows(out) },
-		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "plugins", Value: out})
+		rawjson.Field{Key: "cdiVersion", Value: protocol.Latest}, rawjson.Field{Key: "plugins", Value: out})
 	return a.status(failed)
 }
 

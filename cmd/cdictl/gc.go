@@ -2,15 +2,17 @@ package main
 
 import (
 	"errors"
-	"github.com/spf13/pflag"
 	"os"
 	"slices"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/spf13/pflag"
+
+	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 func gcCommand() *command {
@@ -69,7 +71,7 @@ func (f *gcFlags) run(a *app, args []string) int {
 	}
 	out, failed := callEach(a, confs, func(conf caller.Config, e *gcEntry) (err error) {
 		e.Freed, err = collect(conf)
-		e.Freed = protocol.NonNil(e.Freed)
+		e.Freed = rawjson.NonNil(e.Freed)
 		return err
 	})
 	a.report("TYPE\tPLUGIN\t+CONFIG\tFREED", rowsOf(out, func(e *gcEntry) []string {
@@ -78,7 +80,7 @@ func (f *gcFlags) run(a *app, args []string) int {
 			res = e.Error.String()
 		}
 		return []string{e.Type, e.Plugin, e.File, res}
-	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "dryRun", Value: f.dryRun}, protocol.Field{Key: "results", Value: out})
+	}), rawjson.Field{Key: "cdiVersion", Value: protocol.Latest}, rawjson.Field{Key: "dryRun", Value: f.dryRun}, rawjson.Field{Key: "results", Value: out})
 	return a.status(failed)
 }
 
@@ -122,7 +124,7 @@ func (f *gcFlags) validIDs(a *app) ([]string, int) {
 		return nil, a.usageErr("give --valid, --valid-file or --none-valid: without a list of live request-ids GC would free everything")
 	}
 	for _, id := range valid {
-		if err := abnf.ValidRequestID(id); err != nil {
+		if err := request.ValidRequestID(id); err != nil {
 			return nil, a.usageErr("%v", err)
 		}
 	}

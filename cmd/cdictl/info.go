@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -46,9 +47,9 @@ func (a *app) info(args []string) int {
 		}
 	}
 	keys := slices.Sorted(maps.Keys(total))
-	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}}
+	fields := []rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}}
 	for _, k := range keys {
-		fields = append(fields, protocol.Field{Key: k, Value: total[k]})
+		fields = append(fields, rawjson.Field{Key: k, Value: total[k]})
 	}
 	a.report("RESOURCE\tCAPACITY\tPLUGINS", rowsOf(keys, func(k *string) []string {
 		return []string{*k, fmt.Sprint(total[*k]), strings.Join(sources[*k], ",")}

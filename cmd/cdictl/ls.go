@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cdi-exec/plugins/internal/cdispec"
+	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/cdispec"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 func lsCommand() *command {
@@ -62,9 +63,9 @@ func (a *app) ls(args []string) int {
 	for _, e := range errs {
 		fmt.Fprintf(a.stderr, "cdictl: %s (code %d)\n", e.Details, e.Code)
 	}
-	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "allocations", Value: rows}}
+	fields := []rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "allocations", Value: rows}}
 	if len(errs) > 0 {
-		fields = append(fields, protocol.Field{Key: "errors", Value: errs})
+		fields = append(fields, rawjson.Field{Key: "errors", Value: errs})
 	}
 	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tCDI-DEVICES\tNUMA\tAGE\t+DEVICE-KEYS\t+CREATED", rowsOf(rows, func(r *allocation) []string {
 		plugin := r.Plugin
@@ -126,7 +127,7 @@ func recordRows(r *store.Record, plugin string, cdiNames []string, now time.Time
 	var rows []allocation
 	for _, al := range r.Allocations {
 		row := allocation{RequestID: r.ID, Plugin: plugin, Type: r.Type, Spec: al.Spec, Amount: al.Amount,
-			Devices: protocol.NonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: protocol.NonNil(cdiNames),
+			Devices: rawjson.NonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: rawjson.NonNil(cdiNames),
 			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds()), Delegate: al.Delegate}
 		for _, d := range al.Devices {
 			row.DeviceKeys = append(row.DeviceKeys, d.Key)

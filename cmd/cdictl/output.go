@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -18,7 +19,7 @@ import (
 // report prints a command's result as -o asks: a table with header and
 // the rows that rows returns (header columns marked with a leading "+"
 // only with -o wide), or fields as one JSON or YAML object.
-func (a *app) report(header string, rows func() [][]string, fields ...protocol.Field) {
+func (a *app) report(header string, rows func() [][]string, fields ...rawjson.Field) {
 	if a.tabular() {
 		a.table(header, rows())
 		return
@@ -31,7 +32,7 @@ func (a *app) report(header string, rows func() [][]string, fields ...protocol.F
 func (a *app) tabular() bool { return a.output == "table" || a.output == "wide" }
 
 // writeFields prints fields as one object: JSON, or YAML with -o yaml.
-func (a *app) writeFields(fields []protocol.Field) {
+func (a *app) writeFields(fields []rawjson.Field) {
 	b, err := encodeJSON(fields)
 	if err == nil && a.output == "yaml" {
 		b, err = toYAML(b)
@@ -71,7 +72,7 @@ func toYAML(j []byte) ([]byte, error) {
 // in the given order. This is the one place cdictl encodes JSON: strings
 // keep <, > and & as they are (no \u003c), since the output is read by
 // people and by JSON parsers, never embedded in HTML.
-func encodeJSON(fields []protocol.Field) ([]byte, error) {
+func encodeJSON(fields []rawjson.Field) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -105,14 +106,14 @@ func (a *app) fail(err error) int {
 		return exitFailed
 	}
 	e := toErrorJSON(err)
-	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
+	fields := []rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
 	details := e.Details
 	var pe *caller.PluginError
 	if errors.As(err, &pe) {
 		details = strings.TrimSpace(fmt.Sprintf("%s (plugin %s): %s", pe.Config.File, pe.Config.Plugin, details))
 	}
 	if details != "" {
-		fields = append(fields, protocol.Field{Key: "details", Value: details})
+		fields = append(fields, rawjson.Field{Key: "details", Value: details})
 	}
 	a.writeFields(fields)
 	return exitFailed

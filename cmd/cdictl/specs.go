@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -72,9 +73,9 @@ func (a *app) specs(dirs []string, args []string) int {
 	for _, p := range probs {
 		fmt.Fprintf(a.stderr, "cdictl: %s: %s\n", p.File, p.Error)
 	}
-	fields := []protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "devices", Value: devs}}
+	fields := []rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "devices", Value: devs}}
 	if len(probs) > 0 {
-		fields = append(fields, protocol.Field{Key: "errors", Value: probs})
+		fields = append(fields, rawjson.Field{Key: "errors", Value: probs})
 	}
 	a.report("NAME\tSPEC", rowsOf(devs, func(d *specDevice) []string { return []string{d.Name, d.Spec} }), fields...)
 	return a.status(len(probs) > 0)

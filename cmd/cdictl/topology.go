@@ -14,9 +14,10 @@ import (
 	"github.com/jaypipes/ghw/pkg/memory"
 	"github.com/jaypipes/ghw/pkg/topology"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 func topologyCommand() *command {
@@ -51,7 +52,7 @@ type unplaced struct {
 
 // topology shows the host's NUMA layout: nodes with their CPUs and memory
 // (read through ghw, chrooted at CDI_HOST_ROOT), the distance matrix and
-// PCIe root complexes (pkg/sysfs, as the plugins read them), and the
+// PCIe root complexes (internal/sysfs, as the plugins read them), and the
 // devices of every configured plugin, from their DEVICES answers. A host
 // without NUMA information shows one node holding everything.
 func (a *app) topology(args []string) int {
@@ -97,9 +98,9 @@ func (a *app) topology(args []string) int {
 	})
 	tidy(nodes, &rest)
 	a.report("NODE\tCPUS\tMEMORY\tDISTANCES\tPCIE ROOTS\tPCIE SWITCHES\tTYPE\tPLUGIN\tDEVICES", func() [][]string { return topologyRows(nodes, rest) },
-		protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "numa", Value: numa},
-		protocol.Field{Key: "nodes", Value: nodes}, protocol.Field{Key: "unplaced", Value: rest},
-		protocol.Field{Key: "plugins", Value: protocol.NonNil(plugins)})
+		rawjson.Field{Key: "cdiVersion", Value: protocol.Latest}, rawjson.Field{Key: "numa", Value: numa},
+		rawjson.Field{Key: "nodes", Value: nodes}, rawjson.Field{Key: "unplaced", Value: rest},
+		rawjson.Field{Key: "plugins", Value: rawjson.NonNil(plugins)})
 	return a.status(failed)
 }
 
@@ -230,10 +231,10 @@ func (a *app) rootComplexes(host *sysfs.Host) map[int][]string {
 // tidy sorts what was gathered and turns nils into empty lists.
 func tidy(nodes []topoNode, rest *unplaced) {
 	sortAll := func(roots *[]string, devs *[]topoDevice) {
-		*roots = protocol.NonNil(*roots)
+		*roots = rawjson.NonNil(*roots)
 		slices.Sort(*roots)
 		*roots = slices.Compact(*roots)
-		*devs = protocol.NonNil(*devs)
+		*devs = rawjson.NonNil(*devs)
 	}
 	for i := range nodes {
 		sortAll(&nodes[i].PCIeRoots, &nodes[i].Devices)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -78,7 +79,7 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 			fmt.Fprintln(a.stdout, out[i].String())
 		}
 	} else {
-		a.writeFields([]protocol.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "problems", Value: out}})
+		a.writeFields([]rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "problems", Value: out}})
 	}
 	if len(out) > 0 {
 		fmt.Fprintf(a.stderr, "cdictl: %d problems\n", len(out))

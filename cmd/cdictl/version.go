@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -50,7 +51,7 @@ func (a *app) version(args []string) int {
 			v = "error: " + e.Error.Details
 		}
 		return []string{e.Type, e.Plugin, e.File, strings.Join(e.Supported, ","), fmt.Sprint(e.Compatible), v}
-	}), protocol.Field{Key: "cdiVersion", Value: protocol.Latest}, protocol.Field{Key: "supportedVersions", Value: protocol.SupportedVersions()},
-		protocol.Field{Key: "plugins", Value: out})
+	}), rawjson.Field{Key: "cdiVersion", Value: protocol.Latest}, rawjson.Field{Key: "supportedVersions", Value: protocol.SupportedVersions()},
+		rawjson.Field{Key: "plugins", Value: out})
 	return a.status(failed)
 }

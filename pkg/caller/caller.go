@@ -16,10 +16,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/rawjson"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // Config is one plugin config file.
@@ -71,7 +71,7 @@ func Load(dir string) ([]Config, []Problem) {
 			continue
 		}
 		typ := strings.TrimSuffix(filepath.Base(folder), ".d")
-		if err := abnf.ValidType(typ); err != nil {
+		if err := request.ValidType(typ); err != nil {
 			probs = append(probs, Problem{File: folder, Err: fmt.Errorf("folder name is not <resource-type>.d: %w", err)})
 			continue
 		}
@@ -112,7 +112,7 @@ func strays(dir string) []Problem {
 		switch {
 		case e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".conf"):
 			probs = append(probs, Problem{File: p, Warning: true, Err: errors.New("not read: configs go in a <type>.d folder")})
-		case e.IsDir() && !strings.HasSuffix(e.Name(), ".d") && abnf.ValidType(e.Name()) == nil:
+		case e.IsDir() && !strings.HasSuffix(e.Name(), ".d") && request.ValidType(e.Name()) == nil:
 			if confs, _ := filepath.Glob(filepath.Join(p, "*.conf")); len(confs) > 0 {
 				probs = append(probs, Problem{File: p, Warning: true, Err: fmt.Errorf("not read: the configs of type %s go in %s.d", e.Name(), e.Name())})
 			}
@@ -352,10 +352,10 @@ type Added struct {
 }
 
 // Add runs ADD for one plugin.
-func (c Caller) Add(ctx context.Context, conf Config, id string, items []abnf.Item, numa []int) (*Added, error) {
-	env := []string{protocol.EnvRequest + "=" + abnf.Request{Items: items}.String(), protocol.EnvRequestID + "=" + id}
+func (c Caller) Add(ctx context.Context, conf Config, id string, items []request.Item, numa []int) (*Added, error) {
+	env := []string{protocol.EnvRequest + "=" + request.Request{Items: items}.String(), protocol.EnvRequestID + "=" + id}
 	if numa != nil {
-		env = append(env, protocol.EnvNUMA+"="+abnf.FormatNUMA(numa))
+		env = append(env, protocol.EnvNUMA+"="+request.FormatNUMA(numa))
 	}
 	return c.add(ctx, conf, env)
 }
@@ -424,9 +424,9 @@ func (c Caller) GC(ctx context.Context, conf Config, valid []string) ([]string, 
 //     refused with code 104 before any plugin runs.
 //
 // The answers are returned in the order of the request's types.
-func (c Caller) AddAll(ctx context.Context, confs []Config, id string, req abnf.Request, numa []int, held []Holding) ([]*Added, error) {
+func (c Caller) AddAll(ctx context.Context, confs []Config, id string, req request.Request, numa []int, held []Holding) ([]*Added, error) {
 	var types []string
-	byType := map[string][]abnf.Item{}
+	byType := map[string][]request.Item{}
 	for _, it := range req.Items {
 		if _, ok := byType[it.Spec.Type]; !ok {
 			types = append(types, it.Spec.Type)
@@ -454,7 +454,7 @@ func (c Caller) AddAll(ctx context.Context, confs []Config, id string, req abnf.
 // plan orders the types of a request for AddAll: replays first, then the
 // types whose plugins held nothing under id, then the one type whose
 // plugins did, if any. replay marks the types that are replays.
-func plan(confs []Config, id string, types []string, byType map[string][]abnf.Item, held []Holding) (order []string, replay map[string]bool, err error) {
+func plan(confs []Config, id string, types []string, byType map[string][]request.Item, held []Holding) (order []string, replay map[string]bool, err error) {
 	replay = map[string]bool{}
 	var fresh, touched []string
 	for _, typ := range types {
@@ -496,7 +496,7 @@ func plan(confs []Config, id string, types []string, byType map[string][]abnf.It
 
 // isReplay reports whether a store held every item of a type at the same
 // amount: an ADD of them hands out what is recorded and adds nothing.
-func isReplay(held []Holding, typ string, items []abnf.Item) bool {
+func isReplay(held []Holding, typ string, items []request.Item) bool {
 	for _, h := range held {
 		if h.Unknown != nil || h.Type != typ {
 			continue
@@ -525,7 +525,7 @@ type RollbackError struct {
 func (e *RollbackError) Error() string { return e.Err.Error() }
 func (e *RollbackError) Unwrap() error { return e.Err }
 
-func (c Caller) addType(ctx context.Context, confs []Config, typ, id string, items []abnf.Item, numa []int) (*Added, error) {
+func (c Caller) addType(ctx context.Context, confs []Config, typ, id string, items []request.Item, numa []int) (*Added, error) {
 	if len(confs) == 0 {
 		return nil, protocol.NewError(protocol.CodeSpecUnsupported, fmt.Sprintf("Unsupported resource-spec: %s (no config in %s.d)", typ, typ))
 	}

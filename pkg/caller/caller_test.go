@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -74,12 +74,12 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := abnf.ParseRequest(tt.request)
+			req, err := request.Parse(tt.request)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var types []string
-			byType := map[string][]abnf.Item{}
+			byType := map[string][]request.Item{}
 			for _, it := range req.Items {
 				types = append(types, it.Spec.Type)
 				byType[it.Spec.Type] = append(byType[it.Spec.Type], it)

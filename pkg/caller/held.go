@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/internal/store"
 )
 
 // Holding is what a request-id held in one plugin's store before a call:

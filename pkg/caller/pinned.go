@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // AddDevices runs a pinned ADD (docs/protocol.md#extension-pinned-add): it asks one
 // plugin for exactly the devices named by keys, the keys its DEVICES
 // answer reports, as len(keys) of spec.
-func (c Caller) AddDevices(ctx context.Context, conf Config, id string, spec abnf.Spec, keys []string) (*Added, error) {
-	req := abnf.Request{Items: []abnf.Item{{Spec: spec, Amount: len(keys)}}}
+func (c Caller) AddDevices(ctx context.Context, conf Config, id string, spec request.Spec, keys []string) (*Added, error) {
+	req := request.Request{Items: []request.Item{{Spec: spec, Amount: len(keys)}}}
 	return c.add(ctx, conf, []string{
 		"CDI_REQUEST=" + req.String(),
 		"CDI_REQUEST_ID=" + id,

@@ -4,12 +4,12 @@ import (
 	"context"
 	"slices"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
-	"github.com/cdi-exec/plugins/pkg/alloc"
-	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/internal/alloc"
+	"github.com/cdi-exec/plugins/internal/cdispec"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 // Add allocates the request in one store transaction, or replays an earlier
@@ -155,7 +155,7 @@ func (a *adder) discover(rescan bool) error {
 // replay answers an item the request already holds, which must be asked
 // for again unchanged (else 104): the same amount and, for a pinned ADD,
 // the same devices.
-func (a *adder) replay(old store.Allocation, item abnf.Item) error {
+func (a *adder) replay(old store.Allocation, item request.Item) error {
 	if old.Amount != item.Amount {
 		return protocol.Errorf(protocol.CodeConflict, "request %q already holds %d of %s; asked for %d",
 			a.call.RequestID, old.Amount, old.Spec, item.Amount)

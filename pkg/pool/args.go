@@ -3,9 +3,9 @@ package pool
 import (
 	"bytes"
 
-	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/internal/cdispec"
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/rawjson"
 )
 
 // Args decodes a config's args into dst strictly (protocol.Config.DecodeArgs),
@@ -46,7 +46,7 @@ func without(args []byte, name string) ([]byte, error) {
 		if len(out) > 1 {
 			out = append(out, ',')
 		}
-		out = protocol.AppendString(out, n)
+		out = rawjson.AppendString(out, n)
 		out = append(out, ':')
 		out = append(out, value...)
 		return nil

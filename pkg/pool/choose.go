@@ -5,10 +5,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
-	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/internal/alloc"
+	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // picker chooses the devices of one request item among devs, the usable
@@ -17,7 +18,7 @@ import (
 // took it). byCount chooses by count; byKeys (pin.go) takes the devices a
 // pinned ADD names (CDI_REQUEST_DEVICES), and adder.replay checks a
 // replayed pinned item against the recorded keys.
-type picker func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error)
+type picker func(item request.Item, devs []Device, free func(key string) bool) ([]Device, error)
 
 // byCount chooses item.Amount free devices by alloc's rules
 // (docs/protocol.md#choice-rules): the requested locality first (mandatory
@@ -25,7 +26,7 @@ type picker func(item abnf.Item, devs []Device, free func(key string) bool) ([]D
 // choice falls back to them; the fewest NUMA nodes; PCIe closeness; the
 // lowest indices.
 func byCount(locality []int, strict bool, dist func() alloc.Distances) picker {
-	return func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error) {
+	return func(item request.Item, devs []Device, free func(key string) bool) ([]Device, error) {
 		avail := make([]Device, 0, len(devs))
 		cands := make([]alloc.Candidate, 0, len(devs))
 		for _, d := range devs {
@@ -58,7 +59,7 @@ func byCount(locality []int, strict bool, dist func() alloc.Distances) picker {
 // allocate chooses the devices of one request item and sets them up: the
 // plugin's Setup when it has one, else each device's own nodes, checked
 // live now. It returns the allocation to record.
-func (a *adder) allocate(item abnf.Item) (store.Allocation, error) {
+func (a *adder) allocate(item request.Item) (store.Allocation, error) {
 	if err := a.work.Err(); err != nil {
 		return store.Allocation{}, protocol.Errorf(protocol.CodeInternal, "ADD ran out of time holding the store: %w", err)
 	}
@@ -77,7 +78,7 @@ func (a *adder) allocate(item abnf.Item) (store.Allocation, error) {
 		if h.Undo != nil {
 			a.undos = append(a.undos, h.Undo)
 		}
-		al.Nodes, al.Delegate = protocol.NonNil(h.Nodes), h.Delegate
+		al.Nodes, al.Delegate = rawjson.NonNil(h.Nodes), h.Delegate
 	}
 	for j, d := range chosen {
 		own := d.Nodes
@@ -129,7 +130,7 @@ func (p Pool) arrange(nodes [][]string) []string {
 // choose again among what it found; a device that fails after that is
 // left out and the choice made once more. A node is thus handed out only
 // after it was checked live (docs/performance.md#discovery-cache).
-func (a *adder) choose(item abnf.Item) ([]Device, [][]string, error) {
+func (a *adder) choose(item request.Item) ([]Device, [][]string, error) {
 	bad := map[string]bool{}
 	for {
 		devs := a.devs

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 // Del frees everything the request-id holds, in one transaction. A node

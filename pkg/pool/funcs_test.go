@@ -3,10 +3,10 @@ package pool
 import (
 	"context"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 // Plugins implement the pool's interfaces with methods; the tests give
@@ -30,11 +30,11 @@ func (f resolveFunc) Resolve() ([]string, error) { return f() }
 
 // setupFuncs is a Setup; a nil teardown tears nothing down.
 type setupFuncs struct {
-	handout  func(ctx context.Context, c *skel.Call, item abnf.Item, chosen []Device) (Handout, error)
+	handout  func(ctx context.Context, c *skel.Call, item request.Item, chosen []Device) (Handout, error)
 	teardown func(ctx context.Context, c *skel.Call, rec *store.Record) error
 }
 
-func (s setupFuncs) Handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []Device) (Handout, error) {
+func (s setupFuncs) Handout(ctx context.Context, c *skel.Call, item request.Item, chosen []Device) (Handout, error) {
 	return s.handout(ctx, c, item, chosen)
 }
 

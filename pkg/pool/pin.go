@@ -6,10 +6,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 // byKeys is the picker of a pinned ADD (docs/protocol.md#extension-pinned-add): it
@@ -19,7 +19,7 @@ import (
 // another request, or not among the usable devices, with why (the
 // plugin's inventory says, when it has one).
 func byKeys(keys []string, why func(key string) string) picker {
-	return func(item abnf.Item, devs []Device, free func(key string) bool) ([]Device, error) {
+	return func(item request.Item, devs []Device, free func(key string) bool) ([]Device, error) {
 		var chosen []Device
 		var bad []string
 		for _, k := range keys {

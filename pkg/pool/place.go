@@ -5,17 +5,17 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
-	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/internal/alloc"
+	"github.com/cdi-exec/plugins/internal/sysfs"
+	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // placed fills in where each device sits (the plugin's Placer) when the choice of
 // some request item depends on it (alloc.NeedsPlace): once per ADD, and
 // never for a single device without a NUMA request.
 func (p Pool) placed(ctx context.Context, c *skel.Call, devs []Device) []Device {
-	needs := func(it abnf.Item) bool {
+	needs := func(it request.Item) bool {
 		return alloc.NeedsPlace(alloc.Request{N: it.Amount, Locality: c.Locality})
 	}
 	if p.Placer == nil || !slices.ContainsFunc(c.Request.Items, needs) {

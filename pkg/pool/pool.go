@@ -17,11 +17,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
-	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/internal/cdispec"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 // HoldLimit bounds how long ADD, DEL and GC hold the store's lock once they
@@ -95,7 +95,7 @@ type Lister interface {
 // check is then the plugin's. Teardown runs before a record is deleted by
 // DEL or GC; its error is reported, and the record is deleted anyway.
 type Setup interface {
-	Handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []Device) (Handout, error)
+	Handout(ctx context.Context, c *skel.Call, item request.Item, chosen []Device) (Handout, error)
 	Teardown(ctx context.Context, c *skel.Call, rec *store.Record) error
 }
 

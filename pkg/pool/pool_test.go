@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
-	"github.com/cdi-exec/plugins/pkg/alloc"
-	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/internal/alloc"
+	"github.com/cdi-exec/plugins/internal/cdispec"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 // host is a fake discovery: the devices present, and the node names they
@@ -88,15 +88,15 @@ func newEnv(t *testing.T, h *host) *env {
 }
 
 // call builds the call skel would hand the plugin.
-func (e *env) call(cmd, id, request string, numa []int) *skel.Call {
+func (e *env) call(cmd, id, spec string, numa []int) *skel.Call {
 	e.t.Helper()
 	c := &skel.Call{
 		Command: cmd, Version: protocol.Latest, RequestID: id, Locality: numa,
 		Config: protocol.Config{CDIVersion: protocol.Latest, Name: "t", Type: "gpu", Plugin: "fake"},
 		Env:    protocol.Env{HostRoot: "/nonexistent", StateDir: e.state, LockTimeout: time.Second},
 	}
-	if request != "" {
-		req, err := abnf.ParseRequest(request)
+	if spec != "" {
+		req, err := request.Parse(spec)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -391,7 +391,7 @@ type recorder struct {
 	deadline time.Time // of the context Handout got
 }
 
-func (r *recorder) handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []Device) (Handout, error) {
+func (r *recorder) handout(ctx context.Context, c *skel.Call, item request.Item, chosen []Device) (Handout, error) {
 	r.calls = append(r.calls, c)
 	r.deadline, _ = ctx.Deadline()
 	if len(r.calls) == r.failItem {
@@ -702,7 +702,7 @@ func TestArgs(t *testing.T) {
 		{`{"k":1,"cdi_spec":{"kind":"example.com/gpu","dir":"rel"}}`, false, ""},
 		{`{"kk":1,"cdi_spec":{"kind":"example.com/gpu"}}`, false, ""},
 		{`{"k":"cdi_spec"}`, false, ""},
-		// Names match exactly, once (protocol.DecodeStrict).
+		// Names match exactly, once (rawjson.DecodeStrict).
 		{`{"k":1,"cdi_spec":{"Kind":"example.com/gpu"}}`, false, ""},
 		{`{"k":1,"cdi_spec":{"kind":"example.com/gpu","DIR":"/x"}}`, false, ""},
 		{`{"k":1,"cdi_spec":{"kind":"example.com/gpu"},"cdi_spec":{"kind":"example.com/tty"}}`, false, ""},

@@ -3,10 +3,10 @@ package pool
 import (
 	"slices"
 
-	"github.com/cdi-exec/plugins/pkg/cdispec"
+	"github.com/cdi-exec/plugins/internal/cdispec"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
 )
 
 // publish writes the request's CDI spec with every node the request-id

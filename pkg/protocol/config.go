@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
-	"github.com/cdi-exec/plugins/pkg/nearmiss"
-	"github.com/cdi-exec/plugins/pkg/rawjson"
+	"github.com/cdi-exec/plugins/internal/nearmiss"
+	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // Config is a plugin config: the JSON a caller keeps in
@@ -30,13 +30,7 @@ type Config struct {
 
 // MemberError is an error about one member of a config, which it names, so
 // that a caller can point at it in the file.
-type MemberError struct {
-	Name string // the member's name as given; a dotted path below the top
-	Err  error
-}
-
-func (e *MemberError) Error() string { return e.Err.Error() }
-func (e *MemberError) Unwrap() error { return e.Err }
+type MemberError = rawjson.MemberError
 
 // NearMiss is an unknown config member whose name is close to a known one.
 type NearMiss struct {
@@ -64,7 +58,7 @@ var (
 // they do not support).
 //
 // Plugins parse a config on every call, so this reads the JSON without
-// reflection (pkg/rawjson); it accepts and decodes what encoding/json does.
+// reflection (internal/rawjson); it accepts and decodes what encoding/json does.
 func ParseConfig(b []byte) (Config, error) {
 	v, err := rawjson.Value(b)
 	if err != nil {
@@ -75,14 +69,14 @@ func ParseConfig(b []byte) (Config, error) {
 	}
 	var found [len(configFields)][]byte
 	var near []NearMiss
-	err = members(v, "", func(name string, value []byte) error {
+	err = rawjson.UniqueMembers(v, "", func(name string, value []byte) error {
 		for i, f := range configFields {
 			switch {
 			case name == f:
 				found[i] = value
 				return nil
 			case strings.EqualFold(name, f):
-				return &MemberError{Name: name, Err: caseError("", name, f)}
+				return &MemberError{Name: name, Err: rawjson.CaseError("", name, f)}
 			}
 		}
 		if known, ok := nearmiss.Closest(name, configFields[:]); ok {
@@ -123,7 +117,7 @@ func configFrom(m [len(configFields)][]byte, near []NearMiss) (Config, error) {
 		}
 		*dst = s
 	}
-	if err := abnf.ValidType(c.Type); err != nil {
+	if err := request.ValidType(c.Type); err != nil {
 		return Config{}, &MemberError{Name: "type", Err: fmt.Errorf("field \"type\": %w", err)}
 	}
 	if err := ValidPluginName(c.Plugin); err != nil {
@@ -171,7 +165,7 @@ func (c Config) DecodeArgs(dst any) error {
 	if len(c.Args) == 0 {
 		return nil
 	}
-	return DecodeStrict(c.Args, dst)
+	return rawjson.DecodeStrict(c.Args, dst)
 }
 
 // EditArgs decodes the config JSON raw, lets edit change its args'

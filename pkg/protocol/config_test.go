@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/internal/rawjson/jsonref"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -183,7 +184,7 @@ func agree(t *testing.T, b []byte, c Config, err error) {
 // parseConfigJSON is ParseConfig written with encoding/json, the reference
 // the fuzz target holds ParseConfig to.
 func parseConfigJSON(b []byte) (Config, error) {
-	if err := checkMembers(b, reflect.TypeFor[Config](), "", true); err != nil {
+	if err := jsonref.CheckMembers(b, reflect.TypeFor[Config](), "", true); err != nil {
 		return Config{}, err
 	}
 	var raw map[string]json.RawMessage
@@ -204,7 +205,7 @@ func parseConfigJSON(b []byte) (Config, error) {
 			return Config{}, fmt.Errorf("field %q must be a string", name)
 		}
 	}
-	if err := abnf.ValidType(c.Type); err != nil {
+	if err := request.ValidType(c.Type); err != nil {
 		return Config{}, fmt.Errorf("field \"type\": %w", err)
 	}
 	if err := ValidPluginName(c.Plugin); err != nil {

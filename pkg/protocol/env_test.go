@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,6 +48,59 @@ func TestReadEnv(t *testing.T) {
 		got, err := ReadEnv(func(k string) string { return tt.env[k] })
 		if got != tt.want || (err != nil) != tt.warn {
 			t.Errorf("%s: ReadEnv = %+v, %v; want %+v, warning %v", tt.name, got, err, tt.want, tt.warn)
+		}
+	}
+}
+
+func TestParseTimeoutRefusesUnusable(t *testing.T) {
+	good := map[string]time.Duration{
+		"10": 10 * time.Second, "1.5": 1500 * time.Millisecond, "500ms": 500 * time.Millisecond,
+		"1ns": time.Nanosecond, "1e-9": time.Nanosecond, "86400": 24 * time.Hour, "2m": 2 * time.Minute,
+	}
+	for in, want := range good {
+		if got, err := ParseTimeout(in); err != nil || got != want {
+			t.Errorf("%q: %v %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"NaN", "nan", "1e-10", "Inf", "+Inf", "-Inf", "infinity", "0", "-1", "-1s", "0s",
+		"86401", "25h", "garbage", "10 s", "1e400", "0x1p-40", "", " 10"} {
+		if got, err := ParseTimeout(in); err == nil {
+			t.Errorf("%q accepted as %v", in, got)
+		}
+	}
+	if _, err := ParseTimeout(strings.Repeat("9", 400)); err == nil {
+		t.Error("huge number accepted")
+	}
+}
+
+// Only ASCII letters change case.
+func TestCommand(t *testing.T) {
+	for in, want := range map[string]string{"info": "INFO", "InFo": "INFO", "ınfo": "ıNFO", "verſion": "VERſION", "dEł": "DEł", "": ""} {
+		if got := Command(in); got != want {
+			t.Errorf("Command(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestCheckRoots(t *testing.T) {
+	for _, tt := range []struct {
+		e    Env
+		code int
+	}{
+		{Env{HostRoot: "/", StateDir: "/var/lib/cdi"}, 0},
+		{Env{HostRoot: "host", StateDir: "/s"}, CodeInvalidConfig},
+		{Env{HostRoot: "./", StateDir: "/s"}, CodeInvalidConfig},
+		{Env{HostRoot: "/", StateDir: "var/lib/cdi"}, CodeStore},
+		{Env{HostRoot: "/", StateDir: "."}, CodeStore},
+	} {
+		err := tt.e.CheckRoots()
+		if code := 0; err != nil {
+			code = AsError(err).Code
+			if code != tt.code {
+				t.Errorf("%+v: %v", tt.e, err)
+			}
+		} else if tt.code != 0 {
+			t.Errorf("%+v accepted", tt.e)
 		}
 	}
 }

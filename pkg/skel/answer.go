@@ -6,12 +6,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // answer calls the plugin for the call's command and renders its success
 // answer (docs/protocol.md#replies).
-func answer(ctx context.Context, plugin Plugin, c *Call) ([]protocol.Field, error) {
+func answer(ctx context.Context, plugin Plugin, c *Call) ([]rawjson.Field, error) {
 	switch c.Command {
 	case protocol.CmdInfo:
 		caps, err := plugin.Info(ctx, c)
@@ -38,15 +39,15 @@ func answer(ctx context.Context, plugin Plugin, c *Call) ([]protocol.Field, erro
 		if len(devs) == 0 {
 			warnHostRoot(c)
 		}
-		return []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "devices", Value: protocol.NonNil(devs)}}, nil
+		return []rawjson.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "devices", Value: rawjson.NonNil(devs)}}, nil
 	}
 	res, err := plugin.(Collector).GC(ctx, c) // the only command left
 	if err != nil {
 		return nil, err
 	}
-	out := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "freed", Value: protocol.NonNil(res.Freed)}}
+	out := []rawjson.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "freed", Value: rawjson.NonNil(res.Freed)}}
 	if len(res.Errors) > 0 {
-		out = append(out, protocol.Field{Key: "errors", Value: res.Errors})
+		out = append(out, rawjson.Field{Key: "errors", Value: res.Errors})
 	}
 	return out, nil
 }
@@ -62,24 +63,24 @@ func warnHostRoot(c *Call) {
 // addFields renders an ADD answer: numa_locality only when it was asked
 // for, cdiDevices only when there are some, cdiKeyDevices when some
 // device has its own.
-func addFields(c *Call, res *AddResult) []protocol.Field {
-	out := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "devices", Value: protocol.NonNil(res.Devices)}}
+func addFields(c *Call, res *AddResult) []rawjson.Field {
+	out := []rawjson.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "devices", Value: rawjson.NonNil(res.Devices)}}
 	if c.Locality != nil {
-		out = append(out, protocol.Field{Key: "numa_locality", Value: protocol.NonNil(res.NUMA)})
+		out = append(out, rawjson.Field{Key: "numa_locality", Value: rawjson.NonNil(res.NUMA)})
 	}
 	if len(res.CDIDevices) > 0 {
-		out = append(out, protocol.Field{Key: "cdiDevices", Value: res.CDIDevices})
+		out = append(out, rawjson.Field{Key: "cdiDevices", Value: res.CDIDevices})
 	}
 	if len(res.CDIKeyDevices) > 0 {
-		out = append(out, protocol.Field{Key: "cdiKeyDevices", Value: res.CDIKeyDevices})
+		out = append(out, rawjson.Field{Key: "cdiKeyDevices", Value: res.CDIKeyDevices})
 	}
 	return out
 }
 
 // capacityFields renders an INFO answer: cdiVersion, the type, then any
 // subtypes in name order. Keys outside the config's type are refused.
-func capacityFields(c *Call, caps map[string]int) ([]protocol.Field, error) {
-	out := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: c.Config.Type, Value: caps[c.Config.Type]}}
+func capacityFields(c *Call, caps map[string]int) ([]rawjson.Field, error) {
+	out := []rawjson.Field{{Key: "cdiVersion", Value: c.Version}, {Key: c.Config.Type, Value: caps[c.Config.Type]}}
 	keys := make([]string, 0, len(caps))
 	for k := range caps {
 		if k == c.Config.Type {
@@ -92,7 +93,7 @@ func capacityFields(c *Call, caps map[string]int) ([]protocol.Field, error) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		out = append(out, protocol.Field{Key: k, Value: caps[k]})
+		out = append(out, rawjson.Field{Key: k, Value: caps[k]})
 	}
 	return out, nil
 }
@@ -101,9 +102,9 @@ func capacityFields(c *Call, caps map[string]int) ([]protocol.Field, error) {
 // 1, except for DEL, which always exits 0.
 func (d *Dispatcher) fail(c *Call, err error) int {
 	e := protocol.AsError(err)
-	fields := []protocol.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
+	fields := []rawjson.Field{{Key: "cdiVersion", Value: c.Version}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Msg}}
 	if e.Details != "" {
-		fields = append(fields, protocol.Field{Key: "details", Value: e.Details})
+		fields = append(fields, rawjson.Field{Key: "details", Value: e.Details})
 	}
 	status := 1
 	if c.Command == protocol.CmdDel {
@@ -114,11 +115,11 @@ func (d *Dispatcher) fail(c *Call, err error) int {
 
 // print writes fields as the single JSON object of this invocation. A nil
 // fields prints nothing.
-func (d *Dispatcher) print(status int, fields []protocol.Field) int {
+func (d *Dispatcher) print(status int, fields []rawjson.Field) int {
 	if fields == nil {
 		return status
 	}
-	b, err := protocol.EncodeObject(fields)
+	b, err := rawjson.EncodeObject(fields)
 	if err != nil {
 		fmt.Fprintf(d.Stderr, "encoding reply: %v\n", err)
 		return status

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 
+	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -44,7 +45,7 @@ func (d *Dispatcher) Run(ctx context.Context, about About) int {
 	}
 	cmd := protocol.Command(d.Getenv(protocol.EnvCommand))
 	if cmd == protocol.CmdVersion {
-		return d.print(0, []protocol.Field{
+		return d.print(0, []rawjson.Field{
 			{Key: "cdiVersion", Value: protocol.Latest},
 			{Key: "supportedVersions", Value: protocol.SupportedVersions()},
 		})
@@ -59,7 +60,7 @@ func (d *Dispatcher) Run(ctx context.Context, about About) int {
 
 // safeRun is run with any panic turned into an internal error; the stack
 // goes to stderr for the logs.
-func (d *Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []protocol.Field, err error) {
+func (d *Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []rawjson.Field, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(d.Stderr, "panic: %v\n%s", r, debug.Stack())
@@ -72,7 +73,7 @@ func (d *Dispatcher) safeRun(ctx context.Context, about About, c *Call) (out []p
 // run performs the checks of docs/protocol.md#order-of-checks in order and
 // calls the plugin. It returns the fields of the success answer (nil for
 // none).
-func (d *Dispatcher) run(ctx context.Context, about About, c *Call) ([]protocol.Field, error) {
+func (d *Dispatcher) run(ctx context.Context, about About, c *Call) ([]rawjson.Field, error) {
 	if err := d.readConfig(ctx, c); err != nil {
 		return nil, err
 	}

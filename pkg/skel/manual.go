@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cdi-exec/plugins/pkg/nearmiss"
+	"github.com/cdi-exec/plugins/internal/nearmiss"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 

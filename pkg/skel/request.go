@@ -4,8 +4,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // parseRequest performs the command-specific checks, the last step of
@@ -17,7 +17,7 @@ func (d *Dispatcher) parseRequest(about About, c *Call) error {
 		if c.RequestID == "" {
 			return protocol.NewError(protocol.CodeInvalidRequest, d.notSet(protocol.EnvRequestID))
 		}
-		if err := abnf.ValidRequestID(c.RequestID); err != nil {
+		if err := request.ValidRequestID(c.RequestID); err != nil {
 			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_ID: %w", err)
 		}
 	case protocol.CmdGC:
@@ -45,7 +45,7 @@ func (d *Dispatcher) parseValidIDs(c *Call) error {
 		if id == "" {
 			continue
 		}
-		if err := abnf.ValidRequestID(id); err != nil {
+		if err := request.ValidRequestID(id); err != nil {
 			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_VALID_REQUEST_IDS: %w", err)
 		}
 		c.ValidIDs[id] = true
@@ -60,7 +60,7 @@ func (d *Dispatcher) parseAdd(about About, c *Call) error {
 	if raw == "" {
 		return protocol.NewError(protocol.CodeInvalidRequest, d.notSet(protocol.EnvRequest))
 	}
-	specs, err := abnf.RequestSpecs(raw)
+	specs, err := request.Specs(raw)
 	if err != nil {
 		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST: %w", err)
 	}
@@ -69,11 +69,11 @@ func (d *Dispatcher) parseAdd(about About, c *Call) error {
 			return protocol.NewError(protocol.CodeSpecUnsupported, "Unsupported resource-spec: "+s.String())
 		}
 	}
-	if c.Request, err = abnf.ParseRequest(raw); err != nil {
+	if c.Request, err = request.Parse(raw); err != nil {
 		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST: %w", err)
 	}
 	if numa := d.Getenv(protocol.EnvNUMA); numa != "" {
-		if c.Locality, err = abnf.ParseNUMA(numa); err != nil {
+		if c.Locality, err = request.ParseNUMA(numa); err != nil {
 			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_NUMA_LOCALITY: %w", err)
 		}
 	}
@@ -89,7 +89,7 @@ func (d *Dispatcher) parsePinned(c *Call) error {
 	if raw == "" {
 		return nil
 	}
-	keys, err := abnf.ParseDeviceKeys(raw)
+	keys, err := request.ParseDeviceKeys(raw)
 	if err != nil {
 		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_DEVICES: %w", err)
 	}

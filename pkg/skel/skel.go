@@ -13,11 +13,12 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
+
 	// Every plugin runs skel.Main: its main goroutine gets its whole stack
 	// before any package initialises.
-	_ "github.com/cdi-exec/plugins/pkg/stack"
+	_ "github.com/cdi-exec/plugins/internal/stack"
 )
 
 // Call is one validated invocation, handed to the plugin.
@@ -26,8 +27,8 @@ type Call struct {
 	Version   string // the protocol version of the reply
 	Config    protocol.Config
 	Env       protocol.Env
-	RequestID string       // ADD, DEL
-	Request   abnf.Request // ADD
+	RequestID string          // ADD, DEL
+	Request   request.Request // ADD
 	// Locality lists the requested NUMA nodes; it is nil when
 	// CDI_REQUEST_NUMA_LOCALITY was not given.
 	Locality []int

@@ -1,7 +1,7 @@
 package skel
 
 import (
-	"github.com/cdi-exec/plugins/pkg/buildinfo"
+	"github.com/cdi-exec/plugins/internal/buildinfo"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/sysfs"
+	"github.com/cdi-exec/plugins/internal/sysfs"
 )
 
 // Companion nodes: the vendor nodes that compute needs besides a GPU's DRM

@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/cdi-exec/plugins/pkg/sysfs"
+	"github.com/cdi-exec/plugins/internal/sysfs"
 )
 
 // fact is what discovery learns about one DRM device whatever the config

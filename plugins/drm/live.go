@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 
-	"github.com/cdi-exec/plugins/pkg/cache"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
+	"github.com/cdi-exec/plugins/internal/cache"
+	"github.com/cdi-exec/plugins/internal/sysfs"
 )
 
 // factsVersion names the meaning of the cached facts; change it whenever

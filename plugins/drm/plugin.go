@@ -6,11 +6,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/cache"
+	"github.com/cdi-exec/plugins/internal/cache"
+	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 const name = "drm"
@@ -213,7 +214,7 @@ func (p *plugin) withoutDRM(facts []fact) []protocol.DeviceInfo {
 	}
 	var out []protocol.DeviceInfo
 	for _, addr := range addrs {
-		if seen[addr] || !sysfs.IsPCIAddr(addr) {
+		if seen[addr] || !request.IsPCIAddr(addr) {
 			continue
 		}
 		dir, err := sysfs.OpenDir(p.host.PCIDir(addr))

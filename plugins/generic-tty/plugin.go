@@ -7,11 +7,11 @@ import (
 	"io/fs"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/alloc"
+	"github.com/cdi-exec/plugins/internal/alloc"
+	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 const name = "generic-tty"

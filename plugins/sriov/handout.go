@@ -8,18 +8,18 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cdi-exec/plugins/pkg/abnf"
+	"github.com/cdi-exec/plugins/internal/store"
+	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/store"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // Handout binds the chosen VFs to vf_driver when configured, then gets
 // their nodes from the delegate, or their VFIO groups.
-func (p *plugin) Handout(ctx context.Context, c *skel.Call, item abnf.Item, chosen []pool.Device) (pool.Handout, error) {
+func (p *plugin) Handout(ctx context.Context, c *skel.Call, item request.Item, chosen []pool.Device) (pool.Handout, error) {
 	addrs := make([]string, len(chosen))
 	for i, d := range chosen {
 		addrs[i] = d.Key
@@ -146,13 +146,13 @@ func (p *plugin) runDelegate(ctx context.Context, c *skel.Call, plugin, id strin
 
 // delegateAdd runs the delegate's ADD for the chosen VFs. A pinned ADD
 // pins the delegate to the same VFs, in the same order.
-func (p *plugin) delegateAdd(ctx context.Context, c *skel.Call, item abnf.Item, addrs []string) ([]string, error) {
+func (p *plugin) delegateAdd(ctx context.Context, c *skel.Call, item request.Item, addrs []string) ([]string, error) {
 	pinned := ""
 	if c.Pinned != nil {
 		pinned = strings.Join(addrs, ",")
 	}
 	r, err := p.runDelegate(ctx, c, p.delegate.Plugin, c.RequestID, addrs, protocol.EnvCommand+"="+protocol.CmdAdd,
-		fmt.Sprintf("%s=%s:%d", protocol.EnvRequest, item.Spec, len(addrs)), protocol.EnvNUMA+"="+abnf.FormatNUMA(c.Locality),
+		fmt.Sprintf("%s=%s:%d", protocol.EnvRequest, item.Spec, len(addrs)), protocol.EnvNUMA+"="+request.FormatNUMA(c.Locality),
 		protocol.EnvRequestDevices+"="+pinned)
 	if err != nil {
 		return nil, delegateError(p.delegate.Plugin, err)

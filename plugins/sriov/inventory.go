@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // vfState is what the plugin sees of one VF now.

@@ -11,10 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 // pf is a selected physical function.

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
-	"github.com/cdi-exec/plugins/pkg/sysfs"
 )
 
 const name = "sriov"

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdi-exec/plugins/pkg/store"
-	"github.com/cdi-exec/plugins/test/fixture"
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/internal/store"
+	"github.com/cdi-exec/plugins/test/fixture"
 )
 
 // Hostile input the plugins must refuse (docs/reliability.md): each test

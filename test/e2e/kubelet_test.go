@@ -12,8 +12,8 @@ import (
 
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/cdi-exec/plugins/pkg/kubelet/kubelettest"
-	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/internal/store"
+	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
 // The cdi-kubelet-plugin binary against a fake kubelet: it registers, hands

@@ -13,7 +13,7 @@ import (
 // main goroutine's stack (internal/godebug) and before any other package of
 // this module: otherwise the stack would be grown step by step after all.
 func TestStackFirst(t *testing.T) {
-	const stack = "github.com/cdi-exec/plugins/pkg/stack"
+	const stack = "github.com/cdi-exec/plugins/internal/stack"
 	for _, plugin := range []string{"drm", "generic-tty", "sriov"} {
 		t.Run(plugin, func(t *testing.T) {
 			r := runBin(t, filepath.Join(binDir, plugin), "", []string{"GODEBUG=inittrace=1", "CDI_COMMAND=VERSION"})

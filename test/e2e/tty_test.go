@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cdi-exec/plugins/pkg/store"
+	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 

@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/cdi-exec/plugins/pkg/kubelet/devname"
+	"github.com/cdi-exec/plugins/internal/kubelet/devname"
 	"github.com/cdi-exec/plugins/test/manifests"
 )
 

@@ -1,6 +1,6 @@
 // Package sockdir gives tests short directories for unix sockets. A path
 // under t.TempDir() grows with TMPDIR and the test's name and can pass
-// the 107 bytes a socket path may have (pkg/unixsock); one under New's
+// the 107 bytes a socket path may have (internal/unixsock); one under New's
 // directory is /tmp/<prefix> and eight letters, whatever TMPDIR is, so a
 // test's margin does not depend on the machine.
 package sockdir
@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cdi-exec/plugins/pkg/unixsock"
+	"github.com/cdi-exec/plugins/internal/unixsock"
 )
 
 // Base is where the directories are made: fixed, not $TMPDIR.

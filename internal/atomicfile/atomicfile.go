@@ -1,0 +1,137 @@
+// Package atomicfile replaces a file whole: the new content is written to
+// a temporary file in the same directory and renamed (or linked) into
+// place, so a reader finds the old file or the new one, never a torn one.
+// Temporary files that a killed writer left behind are swept once stale.
+package atomicfile
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/internal/dirent"
+)
+
+// StaleAge is how old a temporary file must be before a sweep removes it
+// as a killed writer's litter: a write takes milliseconds.
+const StaleAge = 5 * time.Minute
+
+// Options say how Write replaces a file.
+type Options struct {
+	// Temp names the temporary files: a pattern with one "*", which a
+	// unique part replaces. The same pattern finds them for Sweep.
+	Temp string
+	// Perm is the new file's mode, whatever the umask.
+	Perm os.FileMode
+	// NoClobber links the new file into place only if the name is free;
+	// an existing file is kept and Write succeeds.
+	NoClobber bool
+	// NoSync skips both fsyncs, for a derived file whose reader checks
+	// it and rebuilds it: after a crash it may be empty or torn. The old
+	// file is unlinked before the rename, so that ext4 (auto_da_alloc)
+	// does not flush the new one to disk on the rename.
+	NoSync bool
+}
+
+// Write replaces dir/name with what fill writes to the temporary file:
+// create, fill, fsync, close, rename (or link), fsync the directory. It
+// first sweeps the directory's stale temporary files of o.Temp. fill must
+// not close the file.
+func Write(dir, name string, o Options, fill func(*os.File) error) error {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dfd)
+	SweepAt(dfd, dir, o.Temp)
+	before, after, _ := strings.Cut(o.Temp, "*")
+	tmp := before + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 10) + after
+	fd, err := unix.Openat(dfd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(o.Perm.Perm()))
+	if err != nil {
+		return &os.PathError{Op: "create", Path: dir + "/" + tmp, Err: err}
+	}
+	defer unix.Unlinkat(dfd, tmp, 0) // fails harmlessly once renamed
+	f := os.NewFile(uintptr(fd), dir+"/"+tmp)
+	err = f.Chmod(o.Perm.Perm())
+	if err == nil {
+		err = fill(f)
+	}
+	if err == nil && !o.NoSync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.NoClobber:
+		if err := unix.Linkat(dfd, tmp, dfd, name, 0); err != nil && err != unix.EEXIST {
+			return &os.PathError{Op: "link", Path: dir + "/" + name, Err: err}
+		}
+	default:
+		if o.NoSync {
+			if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
+				return &os.PathError{Op: "unlink", Path: dir + "/" + name, Err: err}
+			}
+		}
+		if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
+			return &os.PathError{Op: "rename", Path: dir + "/" + name, Err: err}
+		}
+	}
+	if o.NoSync {
+		return nil
+	}
+	if err := unix.Fsync(dfd); err != nil {
+		return &os.PathError{Op: "fsync", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// WriteBytes is Write with fill writing b.
+func WriteBytes(dir, name string, o Options, b []byte) error {
+	return Write(dir, name, o, func(f *os.File) error {
+		_, err := f.Write(b)
+		return err
+	})
+}
+
+// Sweep removes the temporary files of pattern (Options.Temp) in dir that
+// are stale: regular files of this user older than StaleAge. A directory
+// that cannot be read is left alone.
+func Sweep(dir, pattern string) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	SweepAt(fd, dir, pattern)
+}
+
+// SweepAt is Sweep in the directory open as dfd, read from its start;
+// dir names it in errors. dfd's offset is left at the end.
+func SweepAt(dfd int, dir, pattern string) {
+	before, after, _ := strings.Cut(pattern, "*")
+	var stale []string
+	_ = dirent.ListFD(dfd, dir, func(name []byte, _ uint64, _ uint8) {
+		if len(name) > len(before)+len(after) && strings.HasPrefix(string(name), before) && strings.HasSuffix(string(name), after) {
+			stale = append(stale, string(name))
+		}
+	})
+	if len(stale) == 0 {
+		return
+	}
+	cutoff := time.Now().Add(-StaleAge).Unix()
+	euid := uint32(os.Geteuid())
+	for _, name := range stale {
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+			st.Mode&unix.S_IFMT == unix.S_IFREG && st.Uid == euid && st.Mtim.Sec < cutoff {
+			_ = unix.Unlinkat(dfd, name, 0)
+		}
+	}
+}

@@ -1,0 +1,326 @@
+// Package cdispec bridges our allocations to modern CDI: it writes one
+// transient CDI spec file per plugin and request-id, in the JSON format of
+// tags.cncf.io/container-device-interface, so that containerd, CRI-O and
+// podman can inject the allocated device nodes by fully qualified name
+// (vendor.com/class=name). It also removes those files again.
+//
+// Each file is owned by the store that wrote it, and its name says which
+// (see Owner): stores and callers that share a kind and a directory only
+// ever rewrite or remove their own files.
+package cdispec
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/cdi-exec/plugins/internal/atomicfile"
+	"github.com/cdi-exec/plugins/internal/rawjson"
+)
+
+// DefaultDir is where transient specs go unless the config says otherwise;
+// CDI-aware runtimes read it by default.
+const DefaultDir = "/var/run/cdi"
+
+// Config is the cdi_spec arg of a plugin config.
+type Config struct {
+	Kind string `json:"kind"` // "<vendor>/<class>", for example "example.com/gpu"
+	Dir  string `json:"dir"`  // default DefaultDir
+}
+
+// Parse decodes and validates a cdi_spec arg with the upstream naming
+// rules.
+func Parse(raw json.RawMessage) (*Config, error) {
+	var c Config
+	if err := rawjson.DecodeStrict(raw, &c); err != nil {
+		return nil, fmt.Errorf("cdi_spec: %w", err)
+	}
+	vendor, class := parser.ParseQualifier(c.Kind)
+	if vendor == "" {
+		return nil, fmt.Errorf("cdi_spec: kind %q is not <vendor>/<class>", c.Kind)
+	}
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return nil, fmt.Errorf("cdi_spec: kind %q: %w", c.Kind, err)
+	}
+	if err := parser.ValidateClassName(class); err != nil {
+		return nil, fmt.Errorf("cdi_spec: kind %q: %w", c.Kind, err)
+	}
+	if c.Dir == "" {
+		c.Dir = DefaultDir
+	}
+	if !filepath.IsAbs(c.Dir) {
+		return nil, fmt.Errorf("cdi_spec: dir %q is not absolute", c.Dir)
+	}
+	return &c, nil
+}
+
+// DeviceName maps a request-id to a CDI device name. Request-ids are valid
+// device names except that they may end in a hyphen, which CDI forbids;
+// those get "_0" appended. Request-ids never contain "_", so the mapping is
+// one to one.
+func DeviceName(requestID string) string {
+	if strings.HasSuffix(requestID, "-") {
+		return requestID + "_0"
+	}
+	return requestID
+}
+
+// KeyDeviceName is the name of one device's own entry in a request's
+// spec: <request-id>_<key>, so that a caller that wants a single device
+// of a request (the DRA mode, one request of a claim) can inject just it.
+// The "_" that request-ids never contain keeps it apart from every
+// request's own name. It is "" when the result is no valid CDI name (a key
+// ending in "-", "." , ":" or "_"); such a device has no entry of its own.
+func KeyDeviceName(requestID, key string) string {
+	name := requestID + "_" + key
+	if parser.ValidateDeviceName(name) != nil {
+		return ""
+	}
+	return name
+}
+
+// prefix is the file name prefix of this kind's transient specs.
+func (c *Config) prefix() string {
+	vendor, class := parser.ParseQualifier(c.Kind)
+	return vendor + "-" + class + "_"
+}
+
+// Owner is the store a spec file belongs to: the plugin and the identity
+// of its allocation store.
+type Owner struct {
+	Plugin string // the plugin's binary name, "drm"
+	Store  string // the store's identity, lower-case hex
+}
+
+// ErrForeign means a spec file for the request-id belongs to another store
+// (or to no store: written by hand or by an older version).
+var ErrForeign = errors.New("the CDI device name is taken by a spec file this store does not own")
+
+// suffix ends the name of every spec file the owner writes.
+func (o Owner) suffix() string { return "_" + o.Plugin + "-" + o.Store + ".json" }
+
+func (o Owner) valid() error {
+	if o.Plugin == "" || strings.ContainsAny(o.Plugin, "/_\x00") || o.Store == "" || strings.Trim(o.Store, "0123456789abcdef") != "" {
+		return fmt.Errorf("invalid spec owner %q/%q", o.Plugin, o.Store)
+	}
+	return nil
+}
+
+// Path is the owner's transient spec file of a request-id, named by the
+// upstream convention <vendor>-<class>_<transient id>.json, where the
+// transient id is <request-id>_<plugin>-<store>. Request-ids never contain
+// "_", so the name says unambiguously whose device it is and who owns it.
+func (c *Config) Path(o Owner, requestID string) string {
+	return filepath.Join(c.Dir, c.prefix()+requestID+o.suffix())
+}
+
+// QualifiedName is the name runtimes inject the request's device by.
+func (c *Config) QualifiedName(requestID string) string {
+	return c.Kind + "=" + DeviceName(requestID)
+}
+
+// QualifiedKeyNames are the fully qualified names of the devices' own
+// entries in the request's spec (KeyDeviceName), by key; a device without
+// one is left out.
+func (c *Config) QualifiedKeyNames(requestID string, devs []Device) map[string]string {
+	out := map[string]string{}
+	for _, d := range devs {
+		if name := KeyDeviceName(requestID, d.Key); name != "" {
+			out[d.Key] = c.Kind + "=" + name
+		}
+	}
+	return out
+}
+
+// Device is one device of a request: its key and the nodes that stand for
+// it in its own entry of the spec.
+type Device struct {
+	Key   string
+	Nodes []Node
+}
+
+// Node is a device node to put in a spec.
+type Node struct {
+	Path string // as the container sees it, "/dev/dri/card0"
+	// Major and Minor identify the device; zero when unknown (the runtime
+	// then reads them from the host node).
+	Type         string // "c" or "b"
+	Major, Minor int64
+}
+
+// Stat fills a node's type and numbers from the host's node under root, or,
+// when that is not a device (a fixture's placeholder), from the dev
+// attribute sysfs keeps for it under class/*/<name>.
+func Stat(root, path string) Node {
+	n := Node{Path: path, Type: "c"}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(root, path), &st); err == nil {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFCHR, unix.S_IFBLK:
+			if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+				n.Type = "b"
+			}
+			n.Major, n.Minor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+			return n
+		}
+	}
+	base := filepath.Base(path)
+	for _, class := range []string{"drm", "tty", "misc", "vfio"} {
+		b, err := os.ReadFile(filepath.Join(root, "sys/class", class, base, "dev"))
+		if err != nil {
+			continue
+		}
+		if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d:%d", &n.Major, &n.Minor); err == nil {
+			return n
+		}
+	}
+	return n
+}
+
+// Write writes the owner's spec of the request: one device named after
+// the request with every node it holds, then one per device of devs
+// (KeyDeviceName) with that device's nodes. It writes atomically: a temporary
+// file in the same directory, fsync, rename, fsync of the directory. Mode
+// 0644, so runtimes that do not run as root can read it. It only ever
+// replaces the owner's own file. If another file of this kind names the
+// same request-id (another store's, or one without an owner), runtimes
+// could not tell the two devices apart: Write refuses with ErrForeign, and
+// when that file appeared while writing, it takes its own file back.
+func (c *Config) Write(o Owner, requestID string, nodes []Node, devs []Device) error {
+	if err := o.valid(); err != nil {
+		return err
+	}
+	if err := c.foreign(o, requestID); err != nil {
+		return err
+	}
+	b, err := c.content(requestID, nodes, devs)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return err
+	}
+	name := filepath.Base(c.Path(o, requestID))
+	if err := atomicfile.WriteBytes(c.Dir, name, atomicfile.Options{Temp: c.tempPattern(o), Perm: 0o644}, b); err != nil {
+		return fmt.Errorf("writing CDI spec: %w", err)
+	}
+	// Two stores writing the same name at once both see the other here,
+	// or the later one does; never neither.
+	if err := c.foreign(o, requestID); err != nil {
+		return errors.Join(err, c.Remove(o, requestID))
+	}
+	return nil
+}
+
+// content is the spec file of a request: one device named after it, then
+// one per device that has a name of its own.
+func (c *Config) content(requestID string, nodes []Node, devs []Device) ([]byte, error) {
+	entry := func(name string, nodes []Node) specs.Device {
+		d := specs.Device{Name: name}
+		for _, n := range nodes {
+			d.ContainerEdits.DeviceNodes = append(d.ContainerEdits.DeviceNodes,
+				&specs.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor})
+		}
+		return d
+	}
+	spec := &specs.Spec{Kind: c.Kind, Devices: []specs.Device{entry(DeviceName(requestID), nodes)}}
+	for _, d := range devs {
+		if name := KeyDeviceName(requestID, d.Key); name != "" {
+			spec.Devices = append(spec.Devices, entry(name, d.Nodes))
+		}
+	}
+	v, err := specs.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.Version = v
+	b, err := json.MarshalIndent(spec, "", "  ")
+	return append(b, '\n'), err
+}
+
+// foreign returns ErrForeign naming the first spec file of this kind, not
+// the owner's, that defines the request-id's device.
+func (c *Config) foreign(o Owner, requestID string) error {
+	names, err := c.names()
+	if err != nil {
+		return err
+	}
+	mine := filepath.Base(c.Path(o, requestID))
+	for _, name := range names {
+		id, ok := strings.CutPrefix(name, c.prefix())
+		if !ok || name == mine || !strings.HasSuffix(id, ".json") {
+			continue
+		}
+		if id, _, _ = strings.Cut(strings.TrimSuffix(id, ".json"), "_"); id == requestID {
+			return fmt.Errorf("%w: %s", ErrForeign, filepath.Join(c.Dir, name))
+		}
+	}
+	return nil
+}
+
+// names lists the directory; a missing directory is empty.
+func (c *Config) names() ([]string, error) {
+	entries, err := os.ReadDir(c.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names, err
+}
+
+// Remove deletes the owner's spec of the request; a missing file is fine.
+// Files of other owners are never touched.
+func (c *Config) Remove(o Owner, requestID string) error {
+	if err := o.valid(); err != nil {
+		return err
+	}
+	err := os.Remove(c.Path(o, requestID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// tempPattern is the pattern of the owner's temporary spec files
+// (atomicfile.Options.Temp): hidden, named after the kind and the owner so that a sweep takes
+// only its own, and without the .json that runtimes look for.
+func (c *Config) tempPattern(o Owner) string {
+	return ".tmp-" + c.prefix() + "*" + strings.TrimSuffix(o.suffix(), ".json")
+}
+
+// Orphans lists the request-ids that have a spec of this kind owned by o
+// in the directory but for which held reports false. Other owners' files
+// are not looked at. On the way it removes the owner's stale temporary
+// files (atomicfile.Sweep).
+func (c *Config) Orphans(o Owner, held func(id string) bool) ([]string, error) {
+	if err := o.valid(); err != nil {
+		return nil, err
+	}
+	names, err := c.names()
+	if err != nil {
+		return nil, err
+	}
+	atomicfile.Sweep(c.Dir, c.tempPattern(o))
+	var out []string
+	for _, name := range names {
+		id, ok := strings.CutPrefix(name, c.prefix())
+		if !ok {
+			continue
+		}
+		id, ok = strings.CutSuffix(id, o.suffix())
+		if ok && !strings.Contains(id, "_") && !held(id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

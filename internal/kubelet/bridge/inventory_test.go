@@ -1,0 +1,55 @@
+package bridge
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
+	"github.com/cdi-exec/plugins/internal/kubelet/reqid"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+func TestMergeAndOffer(t *testing.T) {
+	mine := reqid.DevicePlugin("cdi-exec.io/gpu", "gpu", []string{"0000:01:00.0"})
+	stale := reqid.DevicePlugin("cdi-exec.io/gpu", "gpu", []string{"0000:09:00.0"})
+	answers := [][]protocol.DeviceInfo{
+		{ // first config
+			{Key: "0000:01:00.0", NUMA: 0, Usable: true, HeldBy: mine, PCIeRoot: "pci0000:00", PCIeBridges: []string{"0000:00:01.0"}},
+			{Key: "0000:02:00.0", NUMA: 1, Usable: true, HeldBy: "cdictl-pod"},
+			{Key: "0000:03:00.0", NUMA: -1, Usable: true},
+			{Key: "ttyUSB0", NUMA: -1, Usable: true, PCIeRoot: "pci0000:00", PCIeBridges: []string{"0000:00:14.0"}},
+			{Key: "0000:09:00.0", NUMA: 0, Usable: false, Reason: "no /dev node", HeldBy: stale},
+			{Key: "/sys/devices/platform/simple-framebuffer.0", NUMA: -1, Usable: true},
+		},
+		{ // second config: a key the first owns, and one of its own
+			{Key: "0000:03:00.0", NUMA: -1, Usable: true, HeldBy: "k8s-dra-0b9f"},
+			{Key: "0000:04:00.0", NUMA: 1, Usable: true},
+		},
+	}
+	inv := merge(answers)
+	want := []deviceplugin.Device{
+		{ID: "0000:01:00.0", NUMA: 0, Healthy: true, PCIe: []string{"pci0000:00", "0000:00:01.0", "0000:01:00.0"}},
+		{ID: "0000:02:00.0", NUMA: 1},
+		{ID: "0000:03:00.0", NUMA: -1, Healthy: true, Free: true},
+		{ID: "ttyUSB0", NUMA: -1, Healthy: true, Free: true, PCIe: []string{"pci0000:00", "0000:00:14.0"}},
+		{ID: "0000:04:00.0", NUMA: 1, Healthy: true, Free: true},
+	}
+	if got := inv.offer("gpu"); !reflect.DeepEqual(got, want) {
+		t.Errorf("offer:\n got %+v\nwant %+v", got, want)
+	}
+	if got := inv.entries[4].conf; got != 1 {
+		t.Errorf("0000:04:00.0 belongs to config %d, want 1", got)
+	}
+	if !slices.Equal(inv.skipped, []string{"/sys/devices/platform/simple-framebuffer.0"}) {
+		t.Errorf("skipped %v", inv.skipped)
+	}
+	// Its own ids, also of devices it does not offer; never another
+	// caller's, nor another type's.
+	if got := inv.held("gpu"); !slices.Equal(got, []string{mine, stale}) {
+		t.Errorf("held %v", got)
+	}
+	if got := inv.held("tty"); len(got) != 0 {
+		t.Errorf("held as tty %v", got)
+	}
+}

@@ -1,0 +1,182 @@
+// Package claimstate records the ResourceClaims a DRA driver of
+// cdi-kubelet-plugin has prepared: one small JSON file per driver in the
+// driver's own state directory, apart from the plugins' stores.
+//
+// A claim's UID is the request-id of its allocation in the plugins, so the
+// file is also the list of request-ids the DRA mode made: the stale-claim
+// collector frees only ids listed here. Each record keeps the claim's
+// namespace and name beside its UID, because NodeUnprepareResources and
+// the collector must work when the claim is gone.
+//
+// Every change is read, changed and written under an exclusive lock on
+// <driver>.lock, and the file is replaced atomically (write, fsync,
+// rename), so two processes of the driver (a rolling update) and a crash
+// at any point leave a whole file.
+package claimstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/cdi-exec/plugins/internal/atomicfile"
+	"github.com/cdi-exec/plugins/internal/kubelet/flock"
+)
+
+// version is the file format's version.
+const version = 1
+
+// Claim is one claim the driver has prepared, or is preparing.
+type Claim struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Keys are the device keys the plugins were asked for, in the
+	// allocation's order.
+	Keys []string `json:"keys"`
+	// AdminKeys are the devices allocated with admin access: the driver
+	// wrote their CDI spec itself, and no plugin holds them for the claim.
+	AdminKeys []string `json:"adminKeys,omitempty"`
+	// CDIDevices are the CDI device ids the preparation returned.
+	CDIDevices []string `json:"cdiDevices,omitempty"`
+	// Prepared is false from before the first ADD until the claim's
+	// preparation has succeeded once.
+	Prepared bool      `json:"prepared"`
+	Since    time.Time `json:"since"` // when the claim was first recorded
+}
+
+// Claims are the records by UID.
+type Claims map[string]Claim
+
+// file is the JSON on disk.
+type file struct {
+	Version int     `json:"version"`
+	Driver  string  `json:"driver"`
+	Claims  []Claim `json:"claims"`
+}
+
+// File is one driver's state file.
+type File struct {
+	driver string
+	path   string
+	lock   string
+}
+
+// Open returns the state file of driver in dir, creating dir (mode 0700)
+// if needed. The file itself is created by the first Update.
+func Open(dir, driver string) (*File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("claim state: %w", err)
+	}
+	return &File{
+		driver: driver,
+		path:   filepath.Join(dir, driver+".json"),
+		lock:   filepath.Join(dir, driver+".lock"),
+	}, nil
+}
+
+// Path is the state file's path.
+func (f *File) Path() string { return f.path }
+
+// Read returns the recorded claims.
+func (f *File) Read(ctx context.Context) (Claims, error) {
+	var out Claims
+	err := f.locked(ctx, flock.Shared, func() error {
+		var err error
+		out, err = f.read()
+		return err
+	})
+	return out, err
+}
+
+// Update runs fn on the recorded claims under the exclusive lock and
+// writes what fn leaves, if it changed anything. An error from fn
+// changes nothing and is returned.
+func (f *File) Update(ctx context.Context, fn func(Claims) error) error {
+	return f.locked(ctx, flock.Exclusive, func() error {
+		old, err := f.read()
+		if err != nil {
+			return err
+		}
+		claims := maps.Clone(old)
+		if err := fn(claims); err != nil {
+			return err
+		}
+		if reflect.DeepEqual(claims, old) {
+			return nil
+		}
+		return f.write(claims)
+	})
+}
+
+// locked runs fn holding a lock of kind on the lock file.
+func (f *File) locked(ctx context.Context, kind int, fn func() error) error {
+	l, err := flock.Open(f.lock)
+	if err != nil {
+		return fmt.Errorf("claim state: %w", err)
+	}
+	defer l.Close()
+	if err := flock.Wait(ctx, l, kind); err != nil {
+		return fmt.Errorf("claim state: %w", err)
+	}
+	return fn()
+}
+
+// read decodes the file; a file that does not exist holds no claims.
+func (f *File) read() (Claims, error) {
+	data, err := os.ReadFile(f.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Claims{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim state: %w", err)
+	}
+	var v file
+	if err := json.Unmarshal(data, &v); err != nil || v.Version != version || v.Driver != f.driver {
+		return nil, &RefusedError{Path: f.path, Driver: f.driver, Err: err}
+	}
+	claims := make(Claims, len(v.Claims))
+	for _, c := range v.Claims {
+		claims[c.UID] = c
+	}
+	return claims, nil
+}
+
+// RefusedError is a state file that is not a file of this version and
+// driver. It is never replaced: it may list claims some driver prepared.
+type RefusedError struct {
+	Path   string
+	Driver string
+	Err    error // why it does not decode, if it does not
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("claim state %s is not a version %d file of driver %s (%v): it lists the claims this driver prepared, so it is never replaced; move it away to start afresh", e.Path, version, e.Driver, e.Err)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// write replaces the file atomically.
+func (f *File) write(claims Claims) error {
+	v := file{Version: version, Driver: f.driver, Claims: []Claim{}}
+	for _, uid := range slices.Sorted(maps.Keys(claims)) {
+		v.Claims = append(v.Claims, claims[uid])
+	}
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("claim state: %w", err)
+	}
+	dir, name := filepath.Dir(f.path), filepath.Base(f.path)
+	if err := atomicfile.WriteBytes(dir, name, atomicfile.Options{Temp: "." + name + ".*", Perm: 0o600}, append(data, '\n')); err != nil {
+		return fmt.Errorf("claim state: %w", err)
+	}
+	return nil
+}

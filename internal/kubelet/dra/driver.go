@@ -1,0 +1,184 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
+	"github.com/cdi-exec/plugins/internal/unixsock"
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// driver is one resource type served as a DRA driver: its configs, what
+// their plugins reported last, its claim records and its kubelet plugin
+// helper. It implements kubeletplugin.DRAPlugin.
+type driver struct {
+	name   string // "<type>.<suffix>"
+	typ    string
+	node   string
+	confs  []caller.Config
+	caller caller.Caller
+	client kubernetes.Interface
+	state  *claimstate.File
+	grace  time.Duration
+	effect resourceapi.DeviceTaintEffect // of the taint of unusable devices
+	every  time.Duration                 // how often DEVICES is asked
+	// hostRoot is where the host's /dev and /sys are (CDI_HOST_ROOT), for
+	// the device numbers of admin-access specs.
+	hostRoot string
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	recorder events.EventRecorder // nil: no events
+	// regSock and draSock are the helper's sockets: its registration
+	// socket, which the kubelet's plugin watcher finds, and its DRA
+	// service.
+	regSock, draSock string
+
+	helper *kubeletplugin.Helper // set by start
+	fatal  func(error)           // stops Run; set by start
+
+	// ops serialises preparing, unpreparing and freeing within the
+	// process; claimstate's file lock covers other processes.
+	ops sync.Mutex
+
+	mu        sync.Mutex
+	answers   [][]protocol.DeviceInfo // last good DEVICES answer per config
+	failing   []bool                  // whether the last DEVICES of a config failed
+	inv       bridge.Inventory
+	offered   []resourceapi.Device // what the slice lists
+	published bool                 // offered handed to the slice controller
+	written   bool                 // the API server was seen with offered (Ready)
+	sliceErr  error                // the slice controller's last failure, until Ready sees the slices written
+	unnamed   map[string]bool      // keys already warned about
+	missing   map[string]time.Time // claim UID → first scan that found it gone
+	// known are the devices ever offered, by name, as last offered
+	// untainted; unhealthy those of them now unusable or gone.
+	known     map[string]resourceapi.Device
+	unhealthy map[string]unhealthy
+	refreshed time.Time     // when the devices were last asked
+	changed   chan struct{} // closed and replaced when offered changes
+}
+
+func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) {
+	name := typ + "." + opt.Suffix
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || len(name) > resourceapi.DriverNameMaxLength {
+		return nil, fmt.Errorf("resource type %q: the driver name %q is not a DNS subdomain of at most %d characters (%v)", typ, name, resourceapi.DriverNameMaxLength, errs)
+	}
+	st, err := claimstate.Open(opt.StateDir, name)
+	if err != nil {
+		return nil, err
+	}
+	var rec events.EventRecorder
+	if opt.Events != nil {
+		rec = opt.Events.NewRecorder(scheme.Scheme, name)
+	}
+	reg, dra := sockets(opt.KubeletDir, name, opt.PodUID)
+	return &driver{
+		name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
+		client: opt.Client, state: st, grace: opt.StaleGrace, effect: opt.TaintEffect, every: opt.Poll,
+		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name), metrics: opt.Metrics, recorder: rec,
+		regSock: reg, draSock: dra,
+		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
+		unnamed: map[string]bool{}, missing: map[string]time.Time{},
+		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
+	}, nil
+}
+
+// start registers the driver with the kubelet and publishes its slice.
+func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) error {
+	dataDir, regDir := filepath.Dir(d.draSock), filepath.Dir(d.regSock)
+	for _, dir := range []string{dataDir, regDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("driver %s: %w", d.name, err)
+		}
+	}
+	for _, p := range []string{d.regSock, d.draSock} {
+		if err := unixsock.Check(p); err != nil {
+			return fmt.Errorf("driver %s: %w: use a shorter --kubelet-dir, --driver-suffix or type", d.name, err)
+		}
+	}
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(d.name),
+		kubeletplugin.NodeName(d.node),
+		kubeletplugin.KubeClient(d.client),
+		kubeletplugin.RegistrarDirectoryPath(regDir),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
+	}
+	if opt.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(opt.PodUID)))
+	}
+	d.fatal = fatal
+	h, err := kubeletplugin.Start(ctx, d, opts...)
+	if err != nil {
+		return fmt.Errorf("driver %s: %w", d.name, err)
+	}
+	d.mu.Lock()
+	d.helper = h
+	d.mu.Unlock()
+	return d.publish(ctx)
+}
+
+// sockets returns the paths of the helper's sockets under the kubelet's
+// directory: the registration socket <kubelet>/plugins_registry/<driver>-reg.sock
+// and the DRA service <kubelet>/plugins/<driver>/dra.sock. With a pod UID
+// (rolling updates) both names carry it, <driver>-<pod UID>-reg.sock,
+// which leaves a driver name of at most 27 characters under
+// /var/lib/kubelet (start refuses longer paths).
+func sockets(kubeletDir, driver, podUID string) (reg, dra string) {
+	uid := ""
+	if podUID != "" {
+		uid = "-" + podUID
+	}
+	return filepath.Join(kubeletDir, "plugins_registry", driver+uid+"-reg.sock"),
+		filepath.Join(kubeletDir, "plugins", driver, "dra"+uid+".sock")
+}
+
+// stop stops the helper: the sockets go, so the kubelet stops calling.
+func (d *driver) stop() {
+	d.mu.Lock()
+	h := d.helper
+	d.mu.Unlock()
+	h.Stop()
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: errors of the
+// background work (serving gRPC, publishing slices). Those the helper
+// calls recoverable are logged, and so are fields the API server dropped
+// from the slice (device taints where DRADeviceTaints is off); any other
+// stops the driver.
+func (d *driver) HandleError(_ context.Context, err error, msg string) {
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) {
+		d.log.Warn(msg, "err", err)
+		return
+	}
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		// The slice controller failed to write the slices (it retries):
+		// not ready until they are seen written.
+		d.mu.Lock()
+		d.sliceErr = err
+		d.mu.Unlock()
+		d.log.Warn(msg, "err", err)
+		return
+	}
+	d.log.Error(msg, "err", err)
+	d.fatal(fmt.Errorf("driver %s: %s: %w", d.name, msg, err))
+}

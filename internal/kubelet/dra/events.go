@@ -1,0 +1,74 @@
+package dra
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/pkg/caller"
+)
+
+// The reasons of the Events a driver records on ResourceClaims.
+const (
+	ReasonPrepareFailed      = "PrepareFailed"      // Warning: the plugin's code and message
+	ReasonClaimRecordRefused = "ClaimRecordRefused" // Warning: the claim record file is not this driver's
+	ReasonStaleClaimFreed    = "StaleClaimFreed"    // Normal: the claim was gone, its devices are freed
+)
+
+// noteMax is the longest note an Event may have.
+const noteMax = 1024
+
+// claimRef is the reference to a ResourceClaim an Event is about.
+func claimRef(namespace, name string, uid types.UID) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: "ResourceClaim", APIVersion: resourceapi.SchemeGroupVersion.String(),
+		Namespace: namespace, Name: name, UID: uid,
+	}
+}
+
+// event records an Event on the claim, when the driver records events.
+func (d *driver) event(claim *corev1.ObjectReference, eventType, reason, action, note string) {
+	if d.recorder == nil {
+		return
+	}
+	note = strings.ToValidUTF8(note, "\uFFFD")
+	if len(note) > noteMax {
+		cut := noteMax - len("...")
+		for cut > 0 && !utf8.RuneStart(note[cut]) {
+			cut-- // whole characters only: the API server counts bytes of valid UTF-8
+		}
+		note = note[:cut] + "..."
+	}
+	d.recorder.Eventf(claim, nil, eventType, reason, action, "%s", note)
+}
+
+// prepareFailed records the Event of a failed prepare: the refused claim
+// records, or the plugin's protocol code and message.
+func (d *driver) prepareFailed(claim *corev1.ObjectReference, err error) {
+	if d.recordRefused(claim, "Prepare", err) {
+		return
+	}
+	note := err.Error()
+	var pe *caller.PluginError
+	if errors.As(err, &pe) {
+		note = fmt.Sprintf("plugin %s failed with code %d: %v", pe.Config.Plugin, pe.Code(), err)
+	}
+	d.event(claim, corev1.EventTypeWarning, ReasonPrepareFailed, "Prepare", note)
+}
+
+// recordRefused records the Event of a claim record file the driver
+// refuses to replace, when err is that, and reports whether it was.
+func (d *driver) recordRefused(claim *corev1.ObjectReference, action string, err error) bool {
+	var refused *claimstate.RefusedError
+	if !errors.As(err, &refused) {
+		return false
+	}
+	d.event(claim, corev1.EventTypeWarning, ReasonClaimRecordRefused, action, err.Error())
+	return true
+}

@@ -1,0 +1,322 @@
+package dra
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/claimconfig"
+	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/internal/kubelet/devname"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
+)
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin: one pinned
+// ADD per config, under the claim's UID, of the devices the scheduler
+// allocated from this driver's pool, and for devices allocated with admin
+// access a CDI spec of the driver's own (admin.go).
+func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.prepare(ctx, c)
+	}
+	return out, nil
+}
+
+// result is one device allocated to a claim from this driver's pool.
+type result struct {
+	resourceapi.DeviceRequestAllocationResult
+	key   string // the device's key in the exec protocol
+	admin bool   // allocated with admin access
+}
+
+// prepare prepares one claim, logs one line about it, counts it in the
+// metrics, and records an Event on the claim when it fails. Each device's
+// CDI ids are its own (cdispec.KeyDeviceName), so that a container naming
+// one request of the claim gets that request's devices only.
+func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	start := time.Now()
+	d.ops.Lock()
+	defer d.ops.Unlock()
+	log := d.log.With("claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID)
+	results, err := d.allocated(claim)
+	if err == nil && len(results) == 0 {
+		d.metrics.Prepared(d.name, nil, time.Since(start))
+		log.Info("prepare: nothing allocated from this driver's pool")
+		return kubeletplugin.PrepareResult{}
+	}
+	keys, adminKeys := splitKeys(results)
+	var cdi map[string][]string
+	if err == nil {
+		cdi, err = d.pin(ctx, claim, results)
+	}
+	d.metrics.Prepared(d.name, err, time.Since(start))
+	took := time.Since(start).Round(time.Millisecond)
+	if err != nil {
+		log.Error("prepare failed", "devices", keys, "adminDevices", adminKeys, "took", took, "err", err)
+		d.prepareFailed(claimRef(claim.Namespace, claim.Name, claim.UID), err)
+		return kubeletplugin.PrepareResult{Err: err}
+	}
+	log.Info("prepare", "devices", keys, "adminDevices", adminKeys, "cdiDevices", cdi, "took", took)
+	res := kubeletplugin.PrepareResult{}
+	for _, r := range results {
+		res.Devices = append(res.Devices, kubeletplugin.Device{
+			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: cdi[r.key],
+		})
+	}
+	return res
+}
+
+// allocated returns the claim's allocation results from this driver's
+// pool, in the allocation's order.
+func (d *driver) allocated(claim *resourceapi.ResourceClaim) ([]result, error) {
+	if claim.Status.Allocation == nil {
+		return nil, errors.New("the claim is not allocated")
+	}
+	var out []result
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != d.name {
+			continue
+		}
+		if r.Pool != d.node {
+			return nil, fmt.Errorf("device %s is from pool %q, not this node's", r.Device, r.Pool)
+		}
+		key, err := devname.Key(r.Device)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, result{DeviceRequestAllocationResult: r, key: key, admin: r.AdminAccess != nil && *r.AdminAccess})
+	}
+	return out, nil
+}
+
+// splitKeys returns the distinct keys of the results held the ordinary
+// way and of those allocated with admin access, in the allocation's order.
+func splitKeys(results []result) (keys, admin []string) {
+	for _, r := range results {
+		dst := &keys
+		if r.admin {
+			dst = &admin
+		}
+		if !slices.Contains(*dst, r.key) {
+			*dst = append(*dst, r.key)
+		}
+	}
+	return keys, admin
+}
+
+// requests returns the distinct requests of the ordinary results.
+func requests(results []result) []string {
+	var out []string
+	for _, r := range results {
+		if !r.admin && !slices.Contains(out, r.Request) {
+			out = append(out, r.Request)
+		}
+	}
+	return out
+}
+
+// pin records the claim and runs the pinned ADDs, then writes the spec of
+// its admin-access devices. A claim that was never prepared is taken back
+// whole when that fails; one that was (the kubelet prepares again after a
+// restart) keeps what it holds. It returns each key's CDI device ids.
+func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, results []result) (map[string][]string, error) {
+	uid := string(claim.UID)
+	keys, adminKeys := splitKeys(results)
+	settings, err := claimconfig.ForClaim(claim, d.name, d.plugins(), requests(results))
+	if err != nil {
+		return nil, err
+	}
+	var before claimstate.Claim
+	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
+		before = cs[uid]
+		if before.UID == "" {
+			cs[uid] = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, AdminKeys: adminKeys, Since: time.Now().UTC()}
+			return nil
+		}
+		if !slices.Equal(before.Keys, keys) || !slices.Equal(before.AdminKeys, adminKeys) {
+			return fmt.Errorf("the claim holds %v (admin access: %v), and is now asked for %v (admin access: %v)", before.Keys, before.AdminKeys, keys, adminKeys)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	cdi := map[string][]string{}
+	if len(keys) > 0 {
+		err = d.add(ctx, uid, keys, settings, cdi)
+	}
+	if err == nil && len(adminKeys) > 0 {
+		err = d.writeAdminSpec(uid, adminKeys, cdi)
+	}
+	if err != nil {
+		if !before.Prepared {
+			if _, uerr := d.release(ctx, uid); uerr != nil {
+				err = fmt.Errorf("%w; taking it back failed too: %w", err, uerr)
+			}
+		}
+		return nil, err
+	}
+	var all []string
+	for _, k := range append(slices.Clone(keys), adminKeys...) {
+		for _, id := range cdi[k] {
+			if !slices.Contains(all, id) {
+				all = append(all, id)
+			}
+		}
+	}
+	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
+		c := cs[uid]
+		c.Prepared, c.CDIDevices = true, all
+		cs[uid] = c
+		return nil
+	})
+	return cdi, err
+}
+
+// plugins returns the plugins of the type's configs.
+func (d *driver) plugins() []string {
+	var out []string
+	for _, c := range d.confs {
+		if !slices.Contains(out, c.Plugin) {
+			out = append(out, c.Plugin)
+		}
+	}
+	return out
+}
+
+// add runs one pinned ADD per config that reported some of the keys, with
+// the claim's settings over the config's args, and sets cdi[key] to each
+// key's CDI device ids: the device's own entry (the answer's
+// cdiKeyDevices), or, from a plugin that names none, the request's
+// cdiDevices.
+func (d *driver) add(ctx context.Context, uid string, keys []string, settings claimconfig.Settings, cdi map[string][]string) error {
+	for _, g := range d.groups(keys) {
+		conf := d.confs[g.conf]
+		raw, err := settings.Apply(conf.Raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", conf.File, err)
+		}
+		conf.Raw = raw
+		added, err := d.caller.AddDevices(ctx, conf, uid, request.Spec{Type: d.typ}, g.keys)
+		if err != nil {
+			return err
+		}
+		var names []string
+		if raw, ok := added.Extra["cdiDevices"]; ok {
+			if err := json.Unmarshal(raw, &names); err != nil {
+				return fmt.Errorf("%s: cdiDevices of the ADD answer: %w", conf.File, err)
+			}
+		}
+		byKey := map[string]string{}
+		if raw, ok := added.Extra["cdiKeyDevices"]; ok {
+			if err := json.Unmarshal(raw, &byKey); err != nil {
+				return fmt.Errorf("%s: cdiKeyDevices of the ADD answer: %w", conf.File, err)
+			}
+		}
+		if len(names) == 0 {
+			return errors.New("the plugins' ADD answers name no CDI devices; give their configs a cdi_spec arg, or none at all")
+		}
+		for _, k := range g.keys {
+			if id, ok := byKey[k]; ok {
+				cdi[k] = []string{id}
+			} else {
+				cdi[k] = names
+			}
+		}
+	}
+	return nil
+}
+
+// group is the keys one config's plugin is asked for.
+type group struct {
+	conf int
+	keys []string
+}
+
+// groups splits keys by the config whose plugin reported them, keeping
+// their order, first config first. A key the inventory does not know goes
+// to the first config, whose plugin then says what is wrong with it.
+func (d *driver) groups(keys []string) []group {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var gs []group
+	for _, k := range keys {
+		conf := 0
+		if i := slices.IndexFunc(d.inv.Devices, func(dev protocol.DeviceInfo) bool { return dev.Key == k }); i >= 0 {
+			conf = d.inv.Conf[i]
+		}
+		i := slices.IndexFunc(gs, func(g group) bool { return g.conf == conf })
+		if i < 0 {
+			gs = append(gs, group{conf: conf})
+			i = len(gs) - 1
+		}
+		gs[i].keys = append(gs[i].keys, k)
+	}
+	slices.SortStableFunc(gs, func(a, b group) int { return a.conf - b.conf })
+	return gs
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin: DEL of each
+// claim's UID. It succeeds once nothing is held under the UID, so the
+// kubelet's retries are harmless.
+func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.unprepare(ctx, c)
+	}
+	return out, nil
+}
+
+func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject) error {
+	start := time.Now()
+	d.ops.Lock()
+	defer d.ops.Unlock()
+	held, err := d.release(ctx, string(c.UID))
+	d.metrics.Unprepared(d.name, err, time.Since(start))
+	log := d.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "took", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		log.Error("unprepare failed", "err", err)
+		d.recordRefused(claimRef(c.Namespace, c.Name, c.UID), "Unprepare", err)
+		return err
+	}
+	log.Info("unprepare", "held", held)
+	return nil
+}
+
+// release sends DEL for uid to every config of the type, unless the
+// claim's record says it holds nothing there (admin access only), removes
+// the driver's own spec of its admin-access devices, then drops the
+// claim's record. When that fails, the record stays, so that a retry or
+// the stale-claim collector tries again. held reports whether any plugin
+// held something under uid.
+func (d *driver) release(ctx context.Context, uid string) (held bool, err error) {
+	claims, err := d.state.Read(ctx)
+	if err != nil {
+		return false, err
+	}
+	var errs []error
+	if c, ok := claims[uid]; !ok || len(c.Keys) > 0 {
+		for _, conf := range d.confs {
+			h, err := d.caller.Del(ctx, conf, uid)
+			held = held || h
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, d.removeAdminSpecs(uid))
+	if err := errors.Join(errs...); err != nil {
+		return held, err
+	}
+	return held, d.state.Update(ctx, func(cs claimstate.Claims) error {
+		delete(cs, uid)
+		return nil
+	})
+}

@@ -1,0 +1,267 @@
+package dra
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/internal/kubelet/devname"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
+)
+
+// The attributes of a device, in the driver's domain.
+const (
+	attrKey        resourceapi.QualifiedName = "key" // the exec protocol's device key
+	attrNUMA       resourceapi.QualifiedName = "numaNode"
+	attrPCIAddress resourceapi.QualifiedName = "pciAddress"
+	attrVendorID   resourceapi.QualifiedName = "vendorId"
+	attrPCIeSwitch resourceapi.QualifiedName = "pcieSwitch" // the switch's upstream port, "0000:17:00.0"
+	attrDeviceID   resourceapi.QualifiedName = "deviceId"
+)
+
+// refresh asks every config's plugin for its devices (bridge.Refresh)
+// and publishes the slice when what it offers changed.
+func (d *driver) refresh(ctx context.Context) {
+	failed, ok := bridge.Refresh(ctx, d.caller, d.confs, &d.mu, d.answers, d.failing, d.log)
+	for range failed {
+		d.metrics.PollFailed(d.name)
+	}
+	if !ok {
+		return
+	}
+	claims, err := d.state.Read(ctx)
+	if err != nil {
+		d.log.Error("cannot read the claim records; slice left as it is", "err", err)
+		return
+	}
+	d.mu.Lock()
+	d.inv = bridge.Merge(d.answers)
+	devs := d.offer(claims, time.Now())
+	due := !d.published || !equality.Semantic.DeepEqual(devs, d.offered)
+	d.offered = devs
+	d.refreshed = time.Now()
+	tainted := 0
+	for _, dev := range devs {
+		if len(dev.Taints) > 0 {
+			tainted++
+		}
+	}
+	d.metrics.Published(d.name, len(devs)-tainted, tainted)
+	if due {
+		close(d.changed) // wakes the health streams
+		d.changed = make(chan struct{})
+	}
+	d.mu.Unlock()
+	if due {
+		if err := d.publish(ctx); err != nil {
+			d.log.Error("publishing the slice failed", "err", err)
+		}
+	}
+}
+
+// offer turns the inventory into slice devices. A device held by a
+// request-id that is not one of this driver's claims is left out while it
+// is held: a non-Kubernetes caller (or the device-plugin mode) has it.
+// Devices of this driver's claims stay, as the scheduler counts them
+// allocated. A device this driver has offered before that its plugin now
+// calls unusable, or no longer reports at all, stays with a device taint
+// (taint) instead of vanishing, until it is usable again. Called with mu
+// held.
+func (d *driver) offer(claims claimstate.Claims, now time.Time) []resourceapi.Device {
+	var out []resourceapi.Device
+	listed := map[string]bool{} // names offered or held by another caller
+	for _, dev := range d.inv.Devices {
+		name, err := devname.Name(dev.Key)
+		if err != nil {
+			if !d.unnamed[dev.Key] {
+				d.log.Warn("device not offered: its key has no device name", "key", dev.Key, "err", err)
+				d.unnamed[dev.Key] = true
+			}
+			continue
+		}
+		listed[name] = true
+		if _, ours := claims[dev.HeldBy]; dev.HeldBy != "" && !ours {
+			continue
+		}
+		sd := resourceapi.Device{Name: name, Attributes: attributes(dev)}
+		d.known[name] = sd
+		out = append(out, sd)
+	}
+	for _, k := range d.inv.Skipped {
+		if !d.unnamed[k] {
+			d.log.Warn("device not offered: its key cannot be named in a pinned ADD", "key", k)
+			d.unnamed[k] = true
+		}
+	}
+	unusable := d.unusable(claims)
+	for _, name := range slices.Sorted(maps.Keys(d.known)) {
+		if listed[name] {
+			delete(d.unhealthy, name)
+			continue
+		}
+		key, _ := devname.Key(name)
+		reason, reported := unusable[key]
+		switch {
+		case reported && reason == "":
+			delete(d.unhealthy, name)
+			continue // held by another caller: not ill health
+		case !reported:
+			reason = "the plugin no longer reports the device"
+		}
+		u, ok := d.unhealthy[name]
+		if !ok {
+			u.since = now
+		}
+		u.reason = reason
+		d.unhealthy[name] = u
+		known := d.known[name]
+		sd := *known.DeepCopy()
+		sd.Taints = []resourceapi.DeviceTaint{d.taint(u)}
+		out = append(out, sd)
+	}
+	return out
+}
+
+// unhealthy is why a published device is unusable, and since when.
+type unhealthy struct {
+	reason string
+	since  time.Time
+}
+
+// unusable returns, by key, the reason the plugins give for each device
+// they report unusable, and "" for a device held by a request-id that is
+// not one of this driver's claims; the first config's report counts.
+// Called with mu held.
+func (d *driver) unusable(claims claimstate.Claims) map[string]string {
+	out := map[string]string{}
+	for _, devs := range d.answers {
+		for _, dev := range devs {
+			if _, done := out[dev.Key]; done {
+				continue
+			}
+			_, ours := claims[dev.HeldBy]
+			switch {
+			case dev.HeldBy != "" && !ours:
+				out[dev.Key] = ""
+			case !dev.Usable:
+				out[dev.Key] = dev.Reason
+				if dev.Reason == "" {
+					out[dev.Key] = "unusable"
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TaintSuffix ends the key of the taint an unusable device gets:
+// <driver>/unusable, in the driver's domain.
+const TaintSuffix = "unusable"
+
+// taint is the device taint of an unusable device: the key in the
+// driver's domain, the plugin's reason made a label value, the effect the
+// driver was started with (NoSchedule unless --taint-effect says
+// NoExecute), and the time it was first seen so.
+func (d *driver) taint(u unhealthy) resourceapi.DeviceTaint {
+	t := metav1.NewTime(u.since.Truncate(time.Second))
+	return resourceapi.DeviceTaint{Key: d.name + "/" + TaintSuffix, Value: TaintValue(u.reason), Effect: d.effect, TimeAdded: &t}
+}
+
+// TaintValue makes a reason a taint value, which must be a label value:
+// at most 63 characters of letters, digits, "-", "_" and ".", beginning
+// and ending with a letter or digit. Every other run of characters
+// becomes one "-": "no /dev node" becomes "no-dev-node".
+func TaintValue(reason string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range reason {
+		ok := r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_' || r == '.')
+		switch {
+		case ok:
+			b.WriteRune(r)
+			dash = false
+		case !dash:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	v := b.String()
+	if len(v) > validation.LabelValueMaxLength {
+		v = v[:validation.LabelValueMaxLength]
+	}
+	v = strings.TrimFunc(v, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	if v == "" {
+		return "unusable"
+	}
+	return v
+}
+
+// attributes describes a device to DeviceClass and claim selectors.
+func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+	a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{attrKey: str(dev.Key)}
+	if dev.NUMA >= 0 {
+		n := int64(dev.NUMA)
+		a[attrNUMA] = resourceapi.DeviceAttribute{IntValue: &n}
+	}
+	if request.IsPCIAddr(dev.Key) {
+		a[attrPCIAddress] = str(dev.Key)
+	}
+	if dev.VendorID != "" {
+		a[attrVendorID] = str(dev.VendorID)
+	}
+	if dev.DeviceID != "" {
+		a[attrDeviceID] = str(dev.DeviceID)
+	}
+	if dev.PCIeRoot != "" { // the kernel's name, "pci0000:00", is the standard's form
+		a[deviceattribute.StandardDeviceAttributePCIeRoot] = str(dev.PCIeRoot)
+	}
+	if dev.PCIeSwitch != "" {
+		a[attrPCIeSwitch] = str(dev.PCIeSwitch)
+	}
+	return a
+}
+
+// publish hands the offered devices to the helper's slice controller,
+// which writes them to the API server in the background: one pool named
+// after the node, in slices of at most ResourceSliceMaxDevices.
+func (d *driver) publish(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.helper == nil {
+		return nil
+	}
+	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{}}}
+	for i, dev := range d.offered {
+		if i > 0 && i%resourceapi.ResourceSliceMaxDevices == 0 {
+			pool.Slices = append(pool.Slices, resourceslice.Slice{})
+		}
+		last := &pool.Slices[len(pool.Slices)-1]
+		last.Devices = append(last.Devices, dev)
+	}
+	err := d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.node: pool}})
+	if err != nil {
+		return err
+	}
+	d.published = true
+	d.log.Info("slice published", "devices", len(d.offered), "slices", len(pool.Slices))
+	return nil
+}
+
+// poll refreshes the devices every interval until ctx ends.
+func (d *driver) poll(ctx context.Context, interval time.Duration) {
+	bridge.Every(ctx, interval, nil, func() { d.refresh(ctx) })
+}
