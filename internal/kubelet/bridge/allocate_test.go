@@ -11,8 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
-
-	"github.com/cdi-exec/plugins/internal/kubelet/reqid"
 )
 
 func allocate(c api.DevicePluginClient, ids ...string) (*api.ContainerAllocateResponse, error) {
@@ -53,7 +51,7 @@ func TestAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := reqid.DevicePlugin("cdi-exec.io/tty", "tty", []string{"tty13", "tty15"})
+	id := requestID("cdi-exec.io/tty", "tty", []string{"tty13", "tty15"})
 	name := "cdi-exec.io/tty=" + id
 	if got, want := nodesOf(r), []string{"/dev/tty13", "/dev/tty15"}; !slices.Equal(got, want) {
 		t.Fatalf("device specs %v, want %v", got, want)

@@ -21,7 +21,6 @@ import (
 
 	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
-	"github.com/cdi-exec/plugins/internal/kubelet/podresources"
 	"github.com/cdi-exec/plugins/internal/kubelet/probe"
 	"github.com/cdi-exec/plugins/pkg/caller"
 )
@@ -107,7 +106,7 @@ func (b *Bridge) Resources() []string {
 }
 
 func (b *Bridge) pluginDir() string    { return filepath.Join(b.opt.KubeletDir, "device-plugins") }
-func (b *Bridge) podResources() string { return filepath.Join(b.opt.KubeletDir, podresources.Socket) }
+func (b *Bridge) podResources() string { return filepath.Join(b.opt.KubeletDir, podResourcesSocket) }
 
 // Socket returns the file name of a resource's socket in the kubelet's
 // device-plugins directory: "cdi-exec.io-tty.sock" for "cdi-exec.io/tty".

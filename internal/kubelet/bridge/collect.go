@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/cdi-exec/plugins/internal/kubelet/gc"
-	"github.com/cdi-exec/plugins/internal/kubelet/podresources"
-	"github.com/cdi-exec/plugins/internal/kubelet/reqid"
 )
 
 // collect runs one garbage-collection scan at now: it lists the kubelet's
 // pods, and lets every resource free the ids due. When the kubelet cannot
 // be asked, the scan is skipped and counts for nothing.
 func (b *Bridge) collect(ctx context.Context, now time.Time) error {
-	ctrs, err := podresources.List(ctx, b.podResources())
+	ctrs, err := listPodResources(ctx, b.podResources())
 	if err != nil {
 		b.log.Warn("gc: cannot list pod resources; scan skipped", "err", err)
 		return err
@@ -23,7 +19,7 @@ func (b *Bridge) collect(ctx context.Context, now time.Time) error {
 		live := map[string]bool{}
 		for _, c := range ctrs {
 			if c.Resource == r.name {
-				live[reqid.DevicePlugin(r.name, r.typ, c.DeviceIDs)] = true
+				live[requestID(r.name, r.typ, c.DeviceIDs)] = true
 			}
 		}
 		r.collect(ctx, now, live)
@@ -43,7 +39,7 @@ func (r *resource) collect(ctx context.Context, now time.Time, live map[string]b
 
 // free sends DEL for id to every config of the type. It gives up, for this
 // scan, when the kubelet has handed the id out again since it was judged.
-func (r *resource) free(ctx context.Context, v gc.Verdict) {
+func (r *resource) free(ctx context.Context, v verdict) {
 	r.handout.Lock()
 	defer r.handout.Unlock()
 	if !r.gc.Due(v.ID) {

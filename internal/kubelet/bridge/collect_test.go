@@ -12,7 +12,6 @@ import (
 
 	pr "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/reqid"
 	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
@@ -34,8 +33,8 @@ func newGCNode(t *testing.T) *gcNode {
 			t.Fatal(err)
 		}
 	}
-	n.live = reqid.DevicePlugin(ttyRes, "tty", []string{"tty13", "tty14"})
-	n.gone = reqid.DevicePlugin(ttyRes, "tty", []string{"tty15"})
+	n.live = requestID(ttyRes, "tty", []string{"tty13", "tty14"})
+	n.gone = requestID(ttyRes, "tty", []string{"tty15"})
 	// The running pod's two ttys come in two entries, with another
 	// resource in between, as the kubelet lists them.
 	pod := kubelettest.Pod("default", "runs", "c", ttyRes, "tty14", "tty13")

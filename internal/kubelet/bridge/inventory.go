@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
-	"github.com/cdi-exec/plugins/internal/kubelet/reqid"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
@@ -74,7 +73,7 @@ func (inv inventory) offer(typ string) []deviceplugin.Device {
 			ID:      e.Key,
 			NUMA:    e.NUMA,
 			PCIe:    chain(e.DeviceInfo),
-			Healthy: e.HeldBy == "" || reqid.Made(e.HeldBy, typ),
+			Healthy: e.HeldBy == "" || madeID(e.HeldBy, typ),
 			Free:    e.HeldBy == "",
 		}
 	}
@@ -85,7 +84,7 @@ func (inv inventory) offer(typ string) []deviceplugin.Device {
 func (inv inventory) held(typ string) []string {
 	var ids []string
 	for _, id := range inv.holders {
-		if reqid.Made(id, typ) {
+		if madeID(id, typ) {
 			ids = append(ids, id)
 		}
 	}

@@ -6,13 +6,12 @@ import (
 	"testing"
 
 	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
-	"github.com/cdi-exec/plugins/internal/kubelet/reqid"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 func TestMergeAndOffer(t *testing.T) {
-	mine := reqid.DevicePlugin("cdi-exec.io/gpu", "gpu", []string{"0000:01:00.0"})
-	stale := reqid.DevicePlugin("cdi-exec.io/gpu", "gpu", []string{"0000:09:00.0"})
+	mine := requestID("cdi-exec.io/gpu", "gpu", []string{"0000:01:00.0"})
+	stale := requestID("cdi-exec.io/gpu", "gpu", []string{"0000:09:00.0"})
 	answers := [][]protocol.DeviceInfo{
 		{ // first config
 			{Key: "0000:01:00.0", NUMA: 0, Usable: true, HeldBy: mine, PCIeRoot: "pci0000:00", PCIeBridges: []string{"0000:00:01.0"}},

@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
-	"github.com/cdi-exec/plugins/internal/kubelet/gc"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
-	"github.com/cdi-exec/plugins/internal/kubelet/reqid"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
@@ -27,7 +25,7 @@ type resource struct {
 	caller  caller.Caller
 	log     *slog.Logger
 	metrics *metrics.Metrics
-	gc      *gc.Tracker
+	gc      *tracker
 	poke    chan struct{} // asks the poll loop for a poll now
 
 	// handout serialises Allocate and the garbage collector's frees, so
@@ -45,7 +43,7 @@ type resource struct {
 func newResource(name, typ string, confs []caller.Config, c caller.Caller, log *slog.Logger, m *metrics.Metrics, grace time.Duration) *resource {
 	return &resource{
 		name: name, typ: typ, confs: confs, caller: c, log: log.With("resource", name), metrics: m,
-		gc: gc.NewTracker(grace), poke: make(chan struct{}, 1),
+		gc: newTracker(grace), poke: make(chan struct{}, 1),
 		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
 		changed: make(chan struct{}),
 	}
@@ -140,7 +138,7 @@ func every(ctx context.Context, interval time.Duration, poke <-chan struct{}, fn
 // owns some of ids, under the id the device set determines.
 func (r *resource) Allocate(ctx context.Context, ids []string) (*deviceplugin.Allocation, error) {
 	start := time.Now()
-	id := reqid.DevicePlugin(r.name, r.typ, ids)
+	id := requestID(r.name, r.typ, ids)
 	r.handout.Lock()
 	defer r.handout.Unlock()
 	r.gc.Touch(id, start)

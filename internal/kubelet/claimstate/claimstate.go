@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/cdi-exec/plugins/internal/atomicfile"
-	"github.com/cdi-exec/plugins/internal/kubelet/flock"
+	"github.com/cdi-exec/plugins/internal/kubelet/modelock"
 )
 
 // version is the file format's version.
@@ -89,7 +89,7 @@ func (f *File) Path() string { return f.path }
 // Read returns the recorded claims.
 func (f *File) Read(ctx context.Context) (Claims, error) {
 	var out Claims
-	err := f.locked(ctx, flock.Shared, func() error {
+	err := f.locked(ctx, modelock.Shared, func() error {
 		var err error
 		out, err = f.read()
 		return err
@@ -101,7 +101,7 @@ func (f *File) Read(ctx context.Context) (Claims, error) {
 // writes what fn leaves, if it changed anything. An error from fn
 // changes nothing and is returned.
 func (f *File) Update(ctx context.Context, fn func(Claims) error) error {
-	return f.locked(ctx, flock.Exclusive, func() error {
+	return f.locked(ctx, modelock.Exclusive, func() error {
 		old, err := f.read()
 		if err != nil {
 			return err
@@ -119,12 +119,12 @@ func (f *File) Update(ctx context.Context, fn func(Claims) error) error {
 
 // locked runs fn holding a lock of kind on the lock file.
 func (f *File) locked(ctx context.Context, kind int, fn func() error) error {
-	l, err := flock.Open(f.lock)
+	l, err := modelock.OpenFile(f.lock)
 	if err != nil {
 		return fmt.Errorf("claim state: %w", err)
 	}
 	defer l.Close()
-	if err := flock.Wait(ctx, l, kind); err != nil {
+	if err := modelock.Wait(ctx, l, kind); err != nil {
 		return fmt.Errorf("claim state: %w", err)
 	}
 	return fn()

@@ -13,6 +13,12 @@
 // dir is the plugins' state directory (CDI_STATE_DIR): both modes must
 // share it anyway, because the plugins' stores there decide who holds a
 // device.
+//
+// The package also holds the flock(2) primitives these locks are built
+// on (flock.go: OpenFile, Try, Wait), which the DRA mode's claim records
+// (internal/kubelet/claimstate) use for their own file lock: both are the
+// daemon's cross-process file locks, and a package of three functions
+// beside its only other user is not worth its own folder.
 package modelock
 
 import (
@@ -23,8 +29,6 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
-
-	"github.com/cdi-exec/plugins/internal/kubelet/flock"
 )
 
 // The modes.
@@ -82,14 +86,14 @@ func (l *Lock) Release() {
 // acquire takes mode's shared lock on typ under the type's gate, after
 // checking that no other mode holds its lock.
 func acquire(ctx context.Context, dir, mode, typ string) (*os.File, error) {
-	gate, err := flock.Open(filepath.Join(dir, typ+".gate"))
+	gate, err := OpenFile(filepath.Join(dir, typ+".gate"))
 	if err != nil {
 		return nil, fmt.Errorf("modelock: %w", err)
 	}
 	defer gate.Close()
 	ctx, cancel := context.WithTimeout(ctx, gateWait)
 	defer cancel()
-	if err := flock.Wait(ctx, gate, flock.Exclusive); err != nil {
+	if err := Wait(ctx, gate, Exclusive); err != nil {
 		return nil, fmt.Errorf("modelock: %w", err)
 	}
 	for _, other := range []string{DevicePlugin, DRA} {
@@ -100,13 +104,13 @@ func acquire(ctx context.Context, dir, mode, typ string) (*os.File, error) {
 			return nil, fmt.Errorf("resource type %q: %w: the %s mode runs on this node (%w)", typ, ErrServed, other, err)
 		}
 	}
-	own, err := flock.Open(filepath.Join(dir, typ+"."+mode+".lock"))
+	own, err := OpenFile(filepath.Join(dir, typ+"."+mode+".lock"))
 	if err != nil {
 		return nil, fmt.Errorf("modelock: %w", err)
 	}
 	// Only processes of this mode hold it, shared, or another mode's
 	// probe, exclusive, under the gate we hold: it is free to share.
-	if ok, err := flock.Try(own, flock.Shared); !ok {
+	if ok, err := Try(own, Shared); !ok {
 		own.Close()
 		return nil, fmt.Errorf("modelock: %s is locked exclusively (%v)", own.Name(), err)
 	}
@@ -115,12 +119,12 @@ func acquire(ctx context.Context, dir, mode, typ string) (*os.File, error) {
 
 // probe fails when some process holds a lock on the file at path.
 func probe(path string) error {
-	f, err := flock.Open(path)
+	f, err := OpenFile(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	ok, err := flock.Try(f, flock.Exclusive)
+	ok, err := Try(f, Exclusive)
 	if err != nil {
 		return err
 	}

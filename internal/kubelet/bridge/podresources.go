@@ -1,10 +1,11 @@
-// Package podresources reads the kubelet's PodResources API (v1) and says
+package bridge
+
+// This file reads the kubelet's PodResources API (v1) and says
 // which device ids each container holds of each resource.
 //
 // The kubelet splits one container's devices of one resource over several
 // entries (one per device, or per NUMA node), so List merges them per pod,
 // container and resource before anyone compares them.
-package podresources
 
 import (
 	"context"
@@ -16,11 +17,11 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
-// Socket is the PodResources socket under the kubelet's root directory.
-const Socket = "pod-resources/kubelet.sock"
+// podResourcesSocket is the PodResources socket under the kubelet's root directory.
+const podResourcesSocket = "pod-resources/kubelet.sock"
 
-// Container is what one container holds of one resource.
-type Container struct {
+// podContainer is what one container holds of one resource.
+type podContainer struct {
 	Namespace string
 	Pod       string
 	Container string
@@ -28,8 +29,8 @@ type Container struct {
 	DeviceIDs []string // sorted, without duplicates
 }
 
-// List asks the kubelet listening on socket for every pod's devices.
-func List(ctx context.Context, socket string) ([]Container, error) {
+// listPodResources asks the kubelet listening on socket for every pod's devices.
+func listPodResources(ctx context.Context, socket string) ([]podContainer, error) {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("podresources %s: %w", socket, err)
@@ -39,14 +40,14 @@ func List(ctx context.Context, socket string) ([]Container, error) {
 	if err != nil {
 		return nil, fmt.Errorf("podresources %s: %w", socket, err)
 	}
-	return Merge(resp), nil
+	return mergePodResources(resp), nil
 }
 
-// Merge turns a List answer into one Container per pod, container and
+// mergePodResources turns a List answer into one podContainer per pod, container and
 // resource, in the order they first appear.
-func Merge(resp *v1.ListPodResourcesResponse) []Container {
+func mergePodResources(resp *v1.ListPodResourcesResponse) []podContainer {
 	type key struct{ ns, pod, ctr, res string }
-	var out []Container
+	var out []podContainer
 	at := map[key]int{}
 	for _, p := range resp.GetPodResources() {
 		for _, c := range p.GetContainers() {
@@ -56,7 +57,7 @@ func Merge(resp *v1.ListPodResourcesResponse) []Container {
 				if !ok {
 					i = len(out)
 					at[k] = i
-					out = append(out, Container{Namespace: k.ns, Pod: k.pod, Container: k.ctr, Resource: k.res})
+					out = append(out, podContainer{Namespace: k.ns, Pod: k.pod, Container: k.ctr, Resource: k.res})
 				}
 				out[i].DeviceIDs = append(out[i].DeviceIDs, d.GetDeviceIds()...)
 			}

@@ -1,12 +1,13 @@
-// Package gc decides when the device-plugin bridge frees an allocation.
+package bridge
+
+// This file decides when the device-plugin bridge frees an allocation.
 //
 // The device-plugin API never tells a plugin that a container is gone, so
 // the bridge compares what its plugins hold with what the kubelet's
-// PodResources API lists, scan after scan. A Tracker frees a request-id
+// PodResources API lists, scan after scan. A tracker frees a request-id
 // only when it has been absent from two scans in a row and both its
 // absence and its last Allocate are older than the grace period. It knows
 // nothing of who made an id: the caller passes only its own ids.
-package gc
 
 import (
 	"maps"
@@ -15,28 +16,28 @@ import (
 	"time"
 )
 
-// Tracker remembers, per request-id, since when it has been absent. It is
+// tracker remembers, per request-id, since when it has been absent. It is
 // safe for concurrent use.
-type Tracker struct {
+type tracker struct {
 	grace time.Duration
 
 	mu  sync.Mutex
-	ids map[string]*state
+	ids map[string]*gcState
 }
 
-type state struct {
+type gcState struct {
 	touched time.Time // last Allocate, or when this tracker first saw the id
 	absent  int       // consecutive scans without the id
 	since   time.Time // the first of those scans
 }
 
-// NewTracker returns a tracker with the given grace period.
-func NewTracker(grace time.Duration) *Tracker {
-	return &Tracker{grace: grace, ids: map[string]*state{}}
+// newTracker returns a tracker with the given grace period.
+func newTracker(grace time.Duration) *tracker {
+	return &tracker{grace: grace, ids: map[string]*gcState{}}
 }
 
-// Verdict is an id to free and why.
-type Verdict struct {
+// verdict is an id to free and why.
+type verdict struct {
 	ID     string
 	Scans  int           // consecutive scans it was absent from
 	Absent time.Duration // since the first of them
@@ -44,16 +45,16 @@ type Verdict struct {
 
 // Touch records that id was handed out at now: a fresh Allocate is not in
 // PodResources yet, so it starts its grace period again.
-func (t *Tracker) Touch(id string, now time.Time) {
+func (t *tracker) Touch(id string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.ids[id] = &state{touched: now}
+	t.ids[id] = &gcState{touched: now}
 }
 
 // Reset forgets every absence seen so far; the bridge calls it when the
 // kubelet restarts, because a kubelet that has just started may list no
 // pods at all.
-func (t *Tracker) Reset() {
+func (t *tracker) Reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range t.ids {
@@ -62,7 +63,7 @@ func (t *Tracker) Reset() {
 }
 
 // Forget drops id after it was freed or found to hold nothing.
-func (t *Tracker) Forget(id string) {
+func (t *tracker) Forget(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.ids, id)
@@ -70,7 +71,7 @@ func (t *Tracker) Forget(id string) {
 
 // Due reports whether id is still due to be freed: no Allocate and no
 // scan that listed it came after the Scan that judged it due.
-func (t *Tracker) Due(id string) bool {
+func (t *tracker) Due(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.ids[id]
@@ -82,15 +83,15 @@ func (t *Tracker) Due(id string) bool {
 // lists. Ids touched before stay tracked even when they are not in held.
 // Scan returns the ids due to be freed, in id order; they stay tracked
 // until Forget.
-func (t *Tracker) Scan(now time.Time, held []string, live map[string]bool) []Verdict {
+func (t *tracker) Scan(now time.Time, held []string, live map[string]bool) []verdict {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range held {
 		if t.ids[id] == nil {
-			t.ids[id] = &state{touched: now}
+			t.ids[id] = &gcState{touched: now}
 		}
 	}
-	var due []Verdict
+	var due []verdict
 	for _, id := range slices.Sorted(maps.Keys(t.ids)) {
 		s := t.ids[id]
 		if live[id] {
@@ -102,7 +103,7 @@ func (t *Tracker) Scan(now time.Time, held []string, live map[string]bool) []Ver
 		}
 		s.absent++
 		if s.absent >= 2 && now.Sub(s.since) >= t.grace && now.Sub(s.touched) >= t.grace {
-			due = append(due, Verdict{ID: id, Scans: s.absent, Absent: now.Sub(s.since)})
+			due = append(due, verdict{ID: id, Scans: s.absent, Absent: now.Sub(s.since)})
 		}
 	}
 	return due

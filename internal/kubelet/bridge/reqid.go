@@ -1,11 +1,12 @@
-// Package reqid derives the request-ids of the kubelet device-plugin
+package bridge
+
+// This file derives the request-ids of the kubelet device-plugin
 // bridge. The kubelet's Allocate says which devices a container gets but
 // not which pod or container it is, so the id is made from what it does
 // say: the resource and the set of device ids. The same set always gives
 // the same id, so an Allocate that the kubelet repeats is a replay, and the
 // garbage collector can recompute every live id from the kubelet's
 // PodResources list.
-package reqid
 
 import (
 	"crypto/sha256"
@@ -16,21 +17,21 @@ import (
 	"github.com/cdi-exec/plugins/pkg/caller"
 )
 
-// Prefix starts every id this package makes. It lies inside
+// idPrefix starts every id this package makes. It lies inside
 // caller.ReservedPrefix, which no other caller may use; other Kubernetes
 // bridges use other names under that prefix.
-const Prefix = caller.ReservedPrefix + "dp-"
+const idPrefix = caller.ReservedPrefix + "dp-"
 
 // hashLen is the number of hex digits of the device-set hash: 128 bits.
 const hashLen = 32
 
-// DevicePlugin returns the request-id of a device-plugin allocation: the
+// requestID returns the request-id of a device-plugin allocation: the
 // prefix, the resource type and a hash of the fully qualified resource
 // name and the sorted device ids, for example
 // "k8s-dp-tty-3f2a...". typ is a resource-type (at most 16 ASCII letters
 // and digits), so the id is valid under the request-id grammar and at most
 // 56 characters long.
-func DevicePlugin(resource, typ string, deviceIDs []string) string {
+func requestID(resource, typ string, deviceIDs []string) string {
 	ids := slices.Clone(deviceIDs)
 	slices.Sort(ids)
 	h := sha256.New()
@@ -39,13 +40,13 @@ func DevicePlugin(resource, typ string, deviceIDs []string) string {
 		h.Write([]byte{0})
 		h.Write([]byte(id))
 	}
-	return Prefix + typ + "-" + hex.EncodeToString(h.Sum(nil))[:hashLen]
+	return idPrefix + typ + "-" + hex.EncodeToString(h.Sum(nil))[:hashLen]
 }
 
-// Made reports whether id has the shape of an id made by DevicePlugin for
+// madeID reports whether id has the shape of an id made by requestID for
 // the resource type typ. Only such ids are ever freed by the bridge.
-func Made(id, typ string) bool {
-	hash, ok := strings.CutPrefix(id, Prefix+typ+"-")
+func madeID(id, typ string) bool {
+	hash, ok := strings.CutPrefix(id, idPrefix+typ+"-")
 	if !ok || len(hash) != hashLen {
 		return false
 	}

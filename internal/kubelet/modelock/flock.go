@@ -1,8 +1,10 @@
-// Package flock takes advisory file locks (flock(2)) with a wait bounded
-// by a context. Locks belong to the open file: two opens of one file
-// conflict even within a process, and the kernel drops a lock when its
-// file is closed or its process ends.
-package flock
+package modelock
+
+// This file holds the advisory file locks (flock(2)) with a wait bounded
+// by a context that the mode locks and the DRA claim records
+// (internal/kubelet/claimstate) are built on. Locks belong to the open
+// file: two opens of one file conflict even within a process, and the
+// kernel drops a lock when its file is closed or its process ends.
 
 import (
 	"context"
@@ -51,7 +53,7 @@ func Wait(ctx context.Context, f *os.File, kind int) error {
 	}
 }
 
-// Open opens (creating, mode 0600) the lock file at path.
-func Open(path string) (*os.File, error) {
+// OpenFile opens (creating, mode 0600) the lock file at path.
+func OpenFile(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 }

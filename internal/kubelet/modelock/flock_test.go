@@ -1,4 +1,4 @@
-package flock
+package modelock
 
 import (
 	"context"
@@ -8,12 +8,12 @@ import (
 
 func TestLocks(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l")
-	a, err := Open(path)
+	a, err := OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := Open(path)
+	b, err := OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
