@@ -13,7 +13,7 @@ import (
 
 	"github.com/cdi-exec/plugins/internal/buildinfo"
 	"github.com/cdi-exec/plugins/internal/cdispec"
-	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, e env) int {
 	defer klog.Flush()
 	opt.Metrics = metrics.New()
 	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
-	b, err := bridge.New(*opt)
+	b, err := deviceplugin.New(*opt)
 	if err != nil {
 		opt.Log.Error("cannot start", "err", err)
 		return exitFailed
@@ -110,16 +110,16 @@ func run(ctx context.Context, args []string, e env) int {
 }
 
 // flags defines the device-plugin mode's flags over the options.
-func flags(e env) (*flag.FlagSet, *bridge.Options, *observability) {
+func flags(e env) (*flag.FlagSet, *deviceplugin.Options, *observability) {
 	penv, _ := protocol.ReadEnv(e.getenv) // a bad CDI_LOCK_TIMEOUT is the plugins' to report
-	opt := &bridge.Options{}
+	opt := &deviceplugin.Options{}
 	obs := &observability{}
 	fs := newFlagSet(e, penv, "cdi-kubelet-plugin device-plugin", &opt.Caller, &opt.ConfDir, &opt.Types, &opt.CDISpecDir, obs)
-	fs.StringVar(&opt.Prefix, "resource-prefix", bridge.DefaultPrefix, "resources are named `PREFIX`/<type>")
-	fs.StringVar(&opt.KubeletDir, "kubelet-dir", bridge.DefaultKubeletDir, "the kubelet's root `DIR` (device-plugins/, pod-resources/)")
-	fs.DurationVar(&opt.Poll, "poll-interval", bridge.DefaultPoll, "how often the plugins' DEVICES are listed")
-	fs.DurationVar(&opt.GCInterval, "gc-interval", bridge.DefaultGCInterval, "how often the kubelet's PodResources are scanned")
-	fs.DurationVar(&opt.Grace, "gc-grace", bridge.DefaultGrace, "how long an allocation must be absent (and unallocated) before it is freed")
+	fs.StringVar(&opt.Prefix, "resource-prefix", deviceplugin.DefaultPrefix, "resources are named `PREFIX`/<type>")
+	fs.StringVar(&opt.KubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "the kubelet's root `DIR` (device-plugins/, pod-resources/)")
+	fs.DurationVar(&opt.Poll, "poll-interval", deviceplugin.DefaultPoll, "how often the plugins' DEVICES are listed")
+	fs.DurationVar(&opt.GCInterval, "gc-interval", deviceplugin.DefaultGCInterval, "how often the kubelet's PodResources are scanned")
+	fs.DurationVar(&opt.Grace, "gc-grace", deviceplugin.DefaultGrace, "how long an allocation must be absent (and unallocated) before it is freed")
 	return fs, opt, obs
 }
 
@@ -155,7 +155,7 @@ func positive(flags map[string]time.Duration) error {
 }
 
 // validate checks the flags' values.
-func validate(opt *bridge.Options, obs *observability) error {
+func validate(opt *deviceplugin.Options, obs *observability) error {
 	if err := obs.validate(); err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
 	"github.com/cdi-exec/plugins/internal/kubelet/dra"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -64,7 +64,7 @@ func draFlags(e env, api *apiClient) (*flag.FlagSet, *dra.Options, *observabilit
 	fs.Float64Var(&api.qps, "kube-api-qps", defaultAPIQPS, "`QPS`: requests a second to the API server, on average")
 	fs.IntVar(&api.burst, "kube-api-burst", defaultAPIBurst, "`N` requests to the API server at once, above --kube-api-qps")
 	fs.StringVar(&opt.Suffix, "driver-suffix", dra.DefaultSuffix, "drivers are named <type>.`SUFFIX`; CDI kinds are SUFFIX/<type>")
-	fs.StringVar(&opt.KubeletDir, "kubelet-dir", bridge.DefaultKubeletDir, "the kubelet's root `DIR` (plugins/, plugins_registry/)")
+	fs.StringVar(&opt.KubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "the kubelet's root `DIR` (plugins/, plugins_registry/)")
 	fs.StringVar(&opt.StateDir, "state-dir", dra.DefaultStateDir, "`DIR` of the drivers' records of prepared claims")
 	fs.StringVar(&opt.PodUID, "pod-uid", "", "`UID` of the driver's own pod: enables rolling updates (kubelet 1.33+)")
 	fs.DurationVar(&opt.Poll, "poll-interval", dra.DefaultPoll, "how often the plugins' DEVICES are listed")

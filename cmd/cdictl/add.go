@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -97,10 +96,7 @@ func (a *app) added(added []*caller.Added, withNUMA bool) {
 				locality = append(locality, n)
 			}
 		}
-		var names []string
-		if raw, ok := ad.Extra["cdiDevices"]; ok && json.Unmarshal(raw, &names) == nil {
-			cdiDevices = append(cdiDevices, names...)
-		}
+		cdiDevices = append(cdiDevices, ad.CDIDevices...)
 	}
 	slices.Sort(locality)
 	fields := []rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "devices", Value: devices}}

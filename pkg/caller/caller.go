@@ -343,12 +343,18 @@ func (c Caller) Info(ctx context.Context, conf Config) (map[string]int, error) {
 	return caps, nil
 }
 
-// Added is what one plugin handed out.
+// Added is one plugin's ADD answer, decoded once: what it handed out and,
+// for a config with a cdi_spec arg, the CDI devices that name it.
 type Added struct {
 	Config  Config
-	Devices []string
-	NUMA    []int
-	Extra   map[string]json.RawMessage // further fields of the answer
+	Devices []string // host device node paths
+	NUMA    []int    // numa_locality, when the plugin reports it
+	// CDIDevices are the fully qualified CDI device names of the whole
+	// request (cdiDevices); none when the config has no cdi_spec.
+	CDIDevices []string
+	// CDIKeyDevices maps a device key to its own CDI device name
+	// (cdiKeyDevices), for plugins that give each device an entry.
+	CDIKeyDevices map[string]string
 }
 
 // Add runs ADD for one plugin.
@@ -366,16 +372,20 @@ func (c Caller) add(ctx context.Context, conf Config, env []string) (*Added, err
 	if err != nil {
 		return nil, err
 	}
-	a := &Added{Config: conf, Extra: map[string]json.RawMessage{}}
+	a := &Added{Config: conf}
 	if err := json.Unmarshal(r.Object["devices"], &a.Devices); err != nil || a.Devices == nil {
 		return nil, &PluginError{Config: conf, Err: fmt.Errorf("ADD answer has no devices list: %s", r.Raw)}
 	}
-	if raw, ok := r.Object["numa_locality"]; ok {
-		_ = json.Unmarshal(raw, &a.NUMA)
-	}
-	for k, v := range r.Object {
-		if k != "cdiVersion" && k != "devices" && k != "numa_locality" {
-			a.Extra[k] = v
+	for _, f := range []struct {
+		name string
+		dst  any
+	}{{"numa_locality", &a.NUMA}, {"cdiDevices", &a.CDIDevices}, {"cdiKeyDevices", &a.CDIKeyDevices}} {
+		raw, ok := r.Object[f.name]
+		if !ok {
+			continue
+		}
+		if err := json.Unmarshal(raw, f.dst); err != nil && f.name != "numa_locality" {
+			return nil, &PluginError{Config: conf, Err: fmt.Errorf("%s of the ADD answer: %w", f.name, err)}
 		}
 	}
 	return a, nil

@@ -1,9 +1,3 @@
-// Package deviceplugin serves one resource to the kubelet through the
-// device-plugin API (v1beta1): it listens on a unix socket in the kubelet's
-// device-plugins directory, registers with the kubelet, registers again
-// when the kubelet restarts, and answers ListAndWatch,
-// GetPreferredAllocation and Allocate from a Backend. It knows nothing of
-// the exec protocol; the Backend does.
 package deviceplugin
 
 import (

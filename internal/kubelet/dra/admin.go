@@ -28,7 +28,7 @@ func (d *driver) adminOwner() cdispec.Owner {
 	return cdispec.Owner{Plugin: "cdi-kubelet-plugin", Store: hex.EncodeToString(sum[:8])}
 }
 
-// specOf returns a config's cdi_spec arg; bridge.Configs gives every
+// specOf returns a config's cdi_spec arg; inventory.Configs gives every
 // config one.
 func specOf(conf caller.Config) (*cdispec.Config, error) {
 	var c struct {
@@ -51,13 +51,11 @@ func specOf(conf caller.Config) (*cdispec.Config, error) {
 // file per cdi_spec of the configs that report them, and sets cdi[key] to
 // each device's own CDI id.
 func (d *driver) writeAdminSpec(uid string, keys []string, cdi map[string][]string) error {
-	d.mu.Lock()
 	var confOf []int
 	var devs []cdispec.Device
 	for _, k := range keys {
-		conf, info, ok := d.reported(k)
+		conf, info, ok := d.poller.Reported(k)
 		if !ok {
-			d.mu.Unlock()
 			return fmt.Errorf("device %s (admin access): no plugin of the type reports it", k)
 		}
 		dev := cdispec.Device{Key: k}
@@ -66,7 +64,6 @@ func (d *driver) writeAdminSpec(uid string, keys []string, cdi map[string][]stri
 		}
 		devs, confOf = append(devs, dev), append(confOf, conf)
 	}
-	d.mu.Unlock()
 	for _, conf := range slices.Compact(slices.Sorted(slices.Values(confOf))) {
 		spec, err := specOf(d.confs[conf])
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
 	"github.com/cdi-exec/plugins/internal/kubelet/modelock"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/test/kubelettest"
@@ -29,7 +29,7 @@ func (n *node) startDevicePlugin(kl *kubelettest.Kubelet, gcInterval time.Durati
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	b, err := bridge.New(bridge.Options{
+	b, err := deviceplugin.New(deviceplugin.Options{
 		ConfDir: n.conf, Types: []string{"tty"}, Prefix: "cdi-exec.io", KubeletDir: kl.Root, CDISpecDir: n.specDir,
 		Caller: caller.Caller{Path: binDir, Timeout: 20 * time.Second},
 		Poll:   time.Hour, GCInterval: gcInterval, Grace: 0, Watch: 10 * time.Millisecond,
@@ -70,7 +70,7 @@ func TestBothModesOnOneNode(t *testing.T) {
 
 	// The device-plugin mode: the kubelet gives tty15 to a pod.
 	dp := n.startDevicePlugin(kl, time.Hour)
-	_, err := kl.Dial(bridge.Socket("cdi-exec.io/tty")).Allocate(t.Context(), &api.AllocateRequest{
+	_, err := kl.Dial(deviceplugin.Socket("cdi-exec.io/tty")).Allocate(t.Context(), &api.AllocateRequest{
 		ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{"tty15"}}},
 	})
 	if err != nil {

@@ -36,7 +36,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/internal/kubelet/modelock"
 	"github.com/cdi-exec/plugins/internal/kubelet/probe"
@@ -118,8 +118,8 @@ func New(opt Options) (*Plugin, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New()
 	}
-	byType, probs, err := bridge.Configs(opt.ConfDir, opt.Types, opt.Suffix, opt.CDISpecDir)
-	bridge.LogProblems(opt.Log, probs)
+	byType, probs, err := inventory.Configs(opt.ConfDir, opt.Types, opt.Suffix, opt.CDISpecDir)
+	inventory.LogProblems(opt.Log, probs)
 	if err != nil {
 		return nil, err
 	}

@@ -19,12 +19,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/internal/unixsock"
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // driver is one resource type served as a DRA driver: its configs, what
@@ -59,10 +58,10 @@ type driver struct {
 	// process; claimstate's file lock covers other processes.
 	ops sync.Mutex
 
+	// poller asks the plugins for their devices and keeps their answers.
+	poller *inventory.Poller
+
 	mu        sync.Mutex
-	answers   [][]protocol.DeviceInfo // last good DEVICES answer per config
-	failing   []bool                  // whether the last DEVICES of a config failed
-	inv       bridge.Inventory
 	offered   []resourceapi.Device // what the slice lists
 	published bool                 // offered handed to the slice controller
 	written   bool                 // the API server was seen with offered (Ready)
@@ -96,7 +95,7 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 		client: opt.Client, state: st, grace: opt.StaleGrace, effect: opt.TaintEffect, every: opt.Poll,
 		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name), metrics: opt.Metrics, recorder: rec,
 		regSock: reg, draSock: dra,
-		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
+		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
 		unnamed: map[string]bool{}, missing: map[string]time.Time{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
 	}, nil

@@ -20,7 +20,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/test/fixture"
 	"github.com/cdi-exec/plugins/test/kubelettest"
@@ -255,7 +255,7 @@ func (n *node) holders(typ string) map[string]string {
 	confs, _ := caller.Load(n.conf)
 	out := map[string]string{}
 	for _, conf := range caller.OfType(confs, typ) {
-		devs, err := bridge.Devices(context.Background(), caller.Caller{Path: binDir, Timeout: 20 * time.Second}, conf)
+		devs, err := inventory.Devices(context.Background(), caller.Caller{Path: binDir, Timeout: 20 * time.Second}, conf)
 		if err != nil {
 			n.t.Fatal(err)
 		}

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-
-	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 // WatchHealthStatus implements kubeletplugin.DRAPlugin: the kubelet's
@@ -51,17 +49,4 @@ func (d *driver) healthReport() kubeletplugin.DeviceHealthReport {
 		r.Devices = append(r.Devices, h)
 	}
 	return r
-}
-
-// reported returns the first config that reports key, and its report.
-// Called with mu held.
-func (d *driver) reported(key string) (int, protocol.DeviceInfo, bool) {
-	for i, devs := range d.answers {
-		for _, dev := range devs {
-			if dev.Key == key {
-				return i, dev, true
-			}
-		}
-	}
-	return 0, protocol.DeviceInfo{}, false
 }

@@ -2,7 +2,6 @@ package dra
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"github.com/cdi-exec/plugins/internal/kubelet/claimconfig"
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/devname"
-	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
 )
 
@@ -199,33 +197,22 @@ func (d *driver) plugins() []string {
 // cdiKeyDevices), or, from a plugin that names none, the request's
 // cdiDevices.
 func (d *driver) add(ctx context.Context, uid string, keys []string, settings claimconfig.Settings, cdi map[string][]string) error {
-	for _, g := range d.groups(keys) {
-		conf := d.confs[g.conf]
+	for _, g := range d.poller.Inventory().Groups(keys) {
+		conf := d.confs[g.Conf]
 		raw, err := settings.Apply(conf.Raw)
 		if err != nil {
 			return fmt.Errorf("%s: %w", conf.File, err)
 		}
 		conf.Raw = raw
-		added, err := d.caller.AddDevices(ctx, conf, uid, request.Spec{Type: d.typ}, g.keys)
+		added, err := d.caller.AddDevices(ctx, conf, uid, request.Spec{Type: d.typ}, g.Keys)
 		if err != nil {
 			return err
 		}
-		var names []string
-		if raw, ok := added.Extra["cdiDevices"]; ok {
-			if err := json.Unmarshal(raw, &names); err != nil {
-				return fmt.Errorf("%s: cdiDevices of the ADD answer: %w", conf.File, err)
-			}
-		}
-		byKey := map[string]string{}
-		if raw, ok := added.Extra["cdiKeyDevices"]; ok {
-			if err := json.Unmarshal(raw, &byKey); err != nil {
-				return fmt.Errorf("%s: cdiKeyDevices of the ADD answer: %w", conf.File, err)
-			}
-		}
+		names, byKey := added.CDIDevices, added.CDIKeyDevices
 		if len(names) == 0 {
 			return errors.New("the plugins' ADD answers name no CDI devices; give their configs a cdi_spec arg, or none at all")
 		}
-		for _, k := range g.keys {
+		for _, k := range g.Keys {
 			if id, ok := byKey[k]; ok {
 				cdi[k] = []string{id}
 			} else {
@@ -234,35 +221,6 @@ func (d *driver) add(ctx context.Context, uid string, keys []string, settings cl
 		}
 	}
 	return nil
-}
-
-// group is the keys one config's plugin is asked for.
-type group struct {
-	conf int
-	keys []string
-}
-
-// groups splits keys by the config whose plugin reported them, keeping
-// their order, first config first. A key the inventory does not know goes
-// to the first config, whose plugin then says what is wrong with it.
-func (d *driver) groups(keys []string) []group {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var gs []group
-	for _, k := range keys {
-		conf := 0
-		if i := slices.IndexFunc(d.inv.Devices, func(dev protocol.DeviceInfo) bool { return dev.Key == k }); i >= 0 {
-			conf = d.inv.Conf[i]
-		}
-		i := slices.IndexFunc(gs, func(g group) bool { return g.conf == conf })
-		if i < 0 {
-			gs = append(gs, group{conf: conf})
-			i = len(gs) - 1
-		}
-		gs[i].keys = append(gs[i].keys, k)
-	}
-	slices.SortStableFunc(gs, func(a, b group) int { return a.conf - b.conf })
-	return gs
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin: DEL of each

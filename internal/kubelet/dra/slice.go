@@ -15,9 +15,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/devname"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
 )
@@ -32,10 +32,10 @@ const (
 	attrDeviceID   resourceapi.QualifiedName = "deviceId"
 )
 
-// refresh asks every config's plugin for its devices (bridge.Refresh)
-// and publishes the slice when what it offers changed.
+// refresh asks every config's plugin for its devices (the poller's
+// Refresh) and publishes the slice when what it offers changed.
 func (d *driver) refresh(ctx context.Context) {
-	failed, ok := bridge.Refresh(ctx, d.caller, d.confs, &d.mu, d.answers, d.failing, d.log)
+	failed, ok := d.poller.Refresh(ctx)
 	for range failed {
 		d.metrics.PollFailed(d.name)
 	}
@@ -47,9 +47,9 @@ func (d *driver) refresh(ctx context.Context) {
 		d.log.Error("cannot read the claim records; slice left as it is", "err", err)
 		return
 	}
+	inv, answers := d.poller.Inventory(), d.poller.Answers()
 	d.mu.Lock()
-	d.inv = bridge.Merge(d.answers)
-	devs := d.offer(claims, time.Now())
+	devs := d.offer(inv, answers, claims, time.Now())
 	due := !d.published || !equality.Semantic.DeepEqual(devs, d.offered)
 	d.offered = devs
 	d.refreshed = time.Now()
@@ -80,10 +80,10 @@ func (d *driver) refresh(ctx context.Context) {
 // calls unusable, or no longer reports at all, stays with a device taint
 // (taint) instead of vanishing, until it is usable again. Called with mu
 // held.
-func (d *driver) offer(claims claimstate.Claims, now time.Time) []resourceapi.Device {
+func (d *driver) offer(inv inventory.Inventory, answers [][]protocol.DeviceInfo, claims claimstate.Claims, now time.Time) []resourceapi.Device {
 	var out []resourceapi.Device
 	listed := map[string]bool{} // names offered or held by another caller
-	for _, dev := range d.inv.Devices {
+	for _, dev := range inv.Devices {
 		name, err := devname.Name(dev.Key)
 		if err != nil {
 			if !d.unnamed[dev.Key] {
@@ -100,13 +100,13 @@ func (d *driver) offer(claims claimstate.Claims, now time.Time) []resourceapi.De
 		d.known[name] = sd
 		out = append(out, sd)
 	}
-	for _, k := range d.inv.Skipped {
+	for _, k := range inv.Skipped {
 		if !d.unnamed[k] {
 			d.log.Warn("device not offered: its key cannot be named in a pinned ADD", "key", k)
 			d.unnamed[k] = true
 		}
 	}
-	unusable := d.unusable(claims)
+	unusable := unusable(answers, claims)
 	for _, name := range slices.Sorted(maps.Keys(d.known)) {
 		if listed[name] {
 			delete(d.unhealthy, name)
@@ -144,10 +144,10 @@ type unhealthy struct {
 // unusable returns, by key, the reason the plugins give for each device
 // they report unusable, and "" for a device held by a request-id that is
 // not one of this driver's claims; the first config's report counts.
-// Called with mu held.
-func (d *driver) unusable(claims claimstate.Claims) map[string]string {
+// answers are the configs' last answers.
+func unusable(answers [][]protocol.DeviceInfo, claims claimstate.Claims) map[string]string {
 	out := map[string]string{}
-	for _, devs := range d.answers {
+	for _, devs := range answers {
 		for _, dev := range devs {
 			if _, done := out[dev.Key]; done {
 				continue
@@ -263,5 +263,5 @@ func (d *driver) publish(ctx context.Context) error {
 
 // poll refreshes the devices every interval until ctx ends.
 func (d *driver) poll(ctx context.Context, interval time.Duration) {
-	bridge.Every(ctx, interval, nil, func() { d.refresh(ctx) })
+	inventory.Every(ctx, interval, nil, func() { d.refresh(ctx) })
 }

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/bridge"
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 )
 
 // scanTimeout bounds one stale-claim scan.
@@ -21,7 +21,7 @@ const scanTimeout = time.Minute
 
 // collectEvery runs a stale-claim scan every interval until ctx ends.
 func (d *driver) collectEvery(ctx context.Context, interval time.Duration) {
-	bridge.Every(ctx, interval, nil, func() {
+	inventory.Every(ctx, interval, nil, func() {
 		sctx, cancel := context.WithTimeout(ctx, scanTimeout)
 		defer cancel()
 		d.collect(sctx, time.Now())

@@ -1,4 +1,4 @@
-package bridge
+package deviceplugin
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 const ttyRes = "cdi-exec.io/tty"
 
-// gcNode is a tty node with a bridge whose scans the test runs, and two
+// gcNode is a tty node with the mode whose scans the test runs, and two
 // allocations made through the kubelet's Allocate.
 type gcNode struct {
 	*node
@@ -49,10 +49,10 @@ func newGCNode(t *testing.T) *gcNode {
 func (n *gcNode) scan(now time.Time) error {
 	n.t.Helper()
 	ctx := context.Background()
-	for _, r := range n.bridge.res {
+	for _, r := range n.mode.res {
 		r.refresh(ctx)
 	}
-	return n.bridge.collect(ctx, now)
+	return n.mode.collect(ctx, now)
 }
 
 func (n *gcNode) holders() []string {
@@ -75,7 +75,7 @@ func sorted(ids ...string) []string {
 
 // A removed pod's allocation is freed only once it has been absent from
 // two scans in a row and for the grace period; a live pod's is kept
-// however its ids are split; ids the bridge did not make are never
+// however its ids are split; ids the mode did not make are never
 // touched.
 func TestCollect(t *testing.T) {
 	n := newGCNode(t)

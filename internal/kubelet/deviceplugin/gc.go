@@ -1,9 +1,9 @@
-package bridge
+package deviceplugin
 
-// This file decides when the device-plugin bridge frees an allocation.
+// This file decides when the device-plugin mode frees an allocation.
 //
 // The device-plugin API never tells a plugin that a container is gone, so
-// the bridge compares what its plugins hold with what the kubelet's
+// the mode compares what its plugins hold with what the kubelet's
 // PodResources API lists, scan after scan. A tracker frees a request-id
 // only when it has been absent from two scans in a row and both its
 // absence and its last Allocate are older than the grace period. It knows
@@ -51,7 +51,7 @@ func (t *tracker) Touch(id string, now time.Time) {
 	t.ids[id] = &gcState{touched: now}
 }
 
-// Reset forgets every absence seen so far; the bridge calls it when the
+// Reset forgets every absence seen so far; the mode calls it when the
 // kubelet restarts, because a kubelet that has just started may list no
 // pods at all.
 func (t *tracker) Reset() {

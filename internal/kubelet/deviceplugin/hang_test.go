@@ -1,4 +1,4 @@
-package bridge
+package deviceplugin
 
 import (
 	"context"
@@ -29,7 +29,7 @@ esac
 `
 
 // A plugin that hangs is bounded by the plugin timeout: Allocate fails
-// with DeadlineExceeded, and the bridge keeps serving.
+// with DeadlineExceeded, and the mode keeps serving.
 func TestHangingPlugin(t *testing.T) {
 	n := newNode(t, fixture.Host{}, map[string]string{
 		"thing.d/hang.conf": `{"cdiVersion":"0.0.2","name":"h","type":"thing","plugin":"hang"}`,
@@ -56,7 +56,7 @@ func TestHangingPlugin(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(scripts, "hang-now"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := n.bridge.res[0]
+	r := n.mode.res[0]
 	r.refresh(context.Background())
 	if devs, _ := r.Devices(); len(devs) != 1 || devs[0].ID != "d0" {
 		t.Fatalf("devices after a hanging DEVICES: %+v", devs)

@@ -1,4 +1,4 @@
-package bridge
+package deviceplugin
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 // collect runs one garbage-collection scan at now: it lists the kubelet's
 // pods, and lets every resource free the ids due. When the kubelet cannot
 // be asked, the scan is skipped and counts for nothing.
-func (b *Bridge) collect(ctx context.Context, now time.Time) error {
+func (b *Plugin) collect(ctx context.Context, now time.Time) error {
 	ctrs, err := listPodResources(ctx, b.podResources())
 	if err != nil {
 		b.log.Warn("gc: cannot list pod resources; scan skipped", "err", err)
@@ -29,10 +29,7 @@ func (b *Bridge) collect(ctx context.Context, now time.Time) error {
 
 // collect frees the ids of this resource that are due.
 func (r *resource) collect(ctx context.Context, now time.Time, live map[string]bool) {
-	r.mu.Lock()
-	held := r.inv.held(r.typ)
-	r.mu.Unlock()
-	for _, v := range r.gc.Scan(now, held, live) {
+	for _, v := range r.gc.Scan(now, held(r.poller.Inventory(), r.typ), live) {
 		r.free(ctx, v)
 	}
 }

@@ -1,4 +1,4 @@
-package bridge
+package deviceplugin
 
 // This file reads the kubelet's PodResources API (v1) and says
 // which device ids each container holds of each resource.

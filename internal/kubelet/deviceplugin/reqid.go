@@ -1,7 +1,7 @@
-package bridge
+package deviceplugin
 
 // This file derives the request-ids of the kubelet device-plugin
-// bridge. The kubelet's Allocate says which devices a container gets but
+// mode. The kubelet's Allocate says which devices a container gets but
 // not which pod or container it is, so the id is made from what it does
 // say: the resource and the set of device ids. The same set always gives
 // the same id, so an Allocate that the kubelet repeats is a replay, and the
@@ -44,7 +44,7 @@ func requestID(resource, typ string, deviceIDs []string) string {
 }
 
 // madeID reports whether id has the shape of an id made by requestID for
-// the resource type typ. Only such ids are ever freed by the bridge.
+// the resource type typ. Only such ids are ever freed by the mode.
 func madeID(id, typ string) bool {
 	hash, ok := strings.CutPrefix(id, idPrefix+typ+"-")
 	if !ok || len(hash) != hashLen {

@@ -1,4 +1,4 @@
-package bridge
+package inventory
 
 import (
 	"encoding/json"
@@ -27,7 +27,7 @@ func LogProblems(log *slog.Logger, probs []caller.Problem) {
 // load order, keeping only types when any are given. Each config without a
 // cdi_spec arg gets one (kind <prefix>/<type> in specDir), so that every
 // allocation has a CDI spec file for the runtime. Problems are the configs
-// left out. The DRA mode loads its configs with it too.
+// left out. Both modes load their configs with it.
 func Configs(dir string, types []string, prefix, specDir string) (map[string][]caller.Config, []caller.Problem, error) {
 	confs, probs := caller.Load(dir)
 	byType := map[string][]caller.Config{}

@@ -1,23 +1,21 @@
-package bridge
+package deviceplugin
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/caller"
-	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // resource is one resource type served to the kubelet: its configs, what
 // their plugins reported last, and its garbage-collection state. It is the
-// deviceplugin.Backend of its type.
+// Backend of its type.
 type resource struct {
 	name    string // "<prefix>/<type>"
 	typ     string
@@ -32,11 +30,12 @@ type resource struct {
 	// that an id the kubelet hands out again is never freed under it.
 	handout sync.Mutex
 
+	// poller asks the plugins for their devices and keeps their answers.
+	poller *inventory.Poller
+
 	mu      sync.Mutex
-	answers [][]protocol.DeviceInfo // last good DEVICES answer per config
-	failing []bool                  // whether the last DEVICES of a config failed
-	inv     inventory
-	devs    []deviceplugin.Device
+	skipped []string // keys already warned about
+	devs    []Device
 	changed chan struct{} // closed when devs changes
 }
 
@@ -44,38 +43,38 @@ func newResource(name, typ string, confs []caller.Config, c caller.Caller, log *
 	return &resource{
 		name: name, typ: typ, confs: confs, caller: c, log: log.With("resource", name), metrics: m,
 		gc: newTracker(grace), poke: make(chan struct{}, 1),
-		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
+		poller:  inventory.NewPoller(c, confs, log.With("resource", name)),
 		changed: make(chan struct{}),
 	}
 }
 
-// Devices implements deviceplugin.Backend.
-func (r *resource) Devices() ([]deviceplugin.Device, <-chan struct{}) {
+// Devices implements Backend.
+func (r *resource) Devices() ([]Device, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.devs, r.changed
 }
 
-// refresh asks every config's plugin for its devices (Refresh) and
-// publishes the result.
+// refresh asks every config's plugin for its devices (the poller's
+// Refresh) and publishes the result.
 func (r *resource) refresh(ctx context.Context) {
-	failed, ok := Refresh(ctx, r.caller, r.confs, &r.mu, r.answers, r.failing, r.log)
+	failed, ok := r.poller.Refresh(ctx)
 	for range failed {
 		r.metrics.PollFailed(r.name)
 	}
 	if !ok {
 		return
 	}
+	inv := r.poller.Inventory()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	inv := merge(r.answers)
-	for _, k := range inv.skipped {
-		if !slices.Contains(r.inv.skipped, k) {
+	for _, k := range inv.Skipped {
+		if !slices.Contains(r.skipped, k) {
 			r.log.Warn("device not offered: its key cannot be named in a pinned ADD", "key", k)
 		}
 	}
-	r.inv = inv
-	devs := inv.offer(r.typ)
+	r.skipped = inv.Skipped
+	devs := offer(inv, r.typ)
 	if !visiblyEqual(devs, r.devs) {
 		r.devs = devs
 		close(r.changed)
@@ -88,13 +87,13 @@ func (r *resource) refresh(ctx context.Context) {
 }
 
 // visiblyEqual compares what ListAndWatch sends.
-func visiblyEqual(a, b []deviceplugin.Device) bool {
-	return slices.EqualFunc(a, b, func(x, y deviceplugin.Device) bool {
+func visiblyEqual(a, b []Device) bool {
+	return slices.EqualFunc(a, b, func(x, y Device) bool {
 		return x.ID == y.ID && x.NUMA == y.NUMA && x.Healthy == y.Healthy
 	})
 }
 
-func healthy(devs []deviceplugin.Device) int {
+func healthy(devs []Device) int {
 	n := 0
 	for _, d := range devs {
 		if d.Healthy {
@@ -115,46 +114,28 @@ func (r *resource) pollNow() {
 // poll refreshes the devices every interval, and when poked, until ctx
 // ends.
 func (r *resource) poll(ctx context.Context, interval time.Duration) {
-	every(ctx, interval, r.poke, func() { r.refresh(ctx) })
+	inventory.Every(ctx, interval, r.poke, func() { r.refresh(ctx) })
 }
 
-// every calls fn every interval, and whenever poke delivers (a nil poke
-// never does), until ctx ends.
-func every(ctx context.Context, interval time.Duration, poke <-chan struct{}, fn func()) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-poke:
-		}
-		fn()
-	}
-}
-
-// Allocate implements deviceplugin.Backend: one pinned ADD per config that
+// Allocate implements Backend: one pinned ADD per config that
 // owns some of ids, under the id the device set determines.
-func (r *resource) Allocate(ctx context.Context, ids []string) (*deviceplugin.Allocation, error) {
+func (r *resource) Allocate(ctx context.Context, ids []string) (*Allocation, error) {
 	start := time.Now()
 	id := requestID(r.name, r.typ, ids)
 	r.handout.Lock()
 	defer r.handout.Unlock()
 	r.gc.Touch(id, start)
-	a := &deviceplugin.Allocation{}
+	a := &Allocation{}
 	var err error
-	for _, g := range r.groups(ids) {
+	inv := r.poller.Inventory()
+	for _, g := range inv.Groups(inv.Order(ids)) {
 		var added *caller.Added
-		added, err = r.caller.AddDevices(ctx, r.confs[g.conf], id, request.Spec{Type: r.typ}, g.keys)
+		added, err = r.caller.AddDevices(ctx, r.confs[g.Conf], id, request.Spec{Type: r.typ}, g.Keys)
 		if err != nil {
 			break
 		}
 		a.Nodes = append(a.Nodes, added.Devices...)
-		var names []string
-		if raw, ok := added.Extra["cdiDevices"]; ok && json.Unmarshal(raw, &names) == nil {
-			a.CDIDevices = append(a.CDIDevices, names...)
-		}
+		a.CDIDevices = append(a.CDIDevices, added.CDIDevices...)
 	}
 	r.pollNow()
 	took := time.Since(start).Round(time.Millisecond)
@@ -164,43 +145,4 @@ func (r *resource) Allocate(ctx context.Context, ids []string) (*deviceplugin.Al
 	}
 	r.log.Info("allocate", "devices", ids, "requestId", id, "nodes", a.Nodes, "cdiDevices", a.CDIDevices, "took", took)
 	return a, nil
-}
-
-// group is the keys one config's plugin is asked for.
-type group struct {
-	conf int
-	keys []string
-}
-
-// groups splits ids by the config that reported them, in the inventory's
-// order. A key the inventory does not know goes to the first config, whose
-// plugin then says what is wrong with it.
-func (r *resource) groups(ids []string) []group {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	owner := map[string]int{}
-	var order []string
-	for _, e := range r.inv.entries {
-		if slices.Contains(ids, e.Key) {
-			owner[e.Key] = e.conf
-			order = append(order, e.Key)
-		}
-	}
-	for _, k := range ids {
-		if _, ok := owner[k]; !ok {
-			owner[k] = 0
-			order = append(order, k)
-		}
-	}
-	var gs []group
-	for _, k := range order {
-		i := slices.IndexFunc(gs, func(g group) bool { return g.conf == owner[k] })
-		if i < 0 {
-			gs = append(gs, group{conf: owner[k]})
-			i = len(gs) - 1
-		}
-		gs[i].keys = append(gs[i].keys, k)
-	}
-	slices.SortFunc(gs, func(a, b group) int { return a.conf - b.conf })
-	return gs
 }

@@ -30,8 +30,13 @@ const DefaultWatch = 250 * time.Millisecond
 // registerTimeout bounds one Register call.
 const registerTimeout = 5 * time.Second
 
-// Plugin serves one resource.
-type Plugin struct {
+// Endpoint serves one resource to the kubelet through the device-plugin
+// API (v1beta1): it listens on a unix socket in the kubelet's
+// device-plugins directory, registers with the kubelet, registers again
+// when the kubelet restarts, and answers ListAndWatch,
+// GetPreferredAllocation and Allocate from a Backend (server.go). It
+// knows nothing of the exec protocol; the Backend does.
+type Endpoint struct {
 	Resource string // fully qualified resource name, "cdi-exec.io/tty"
 	Dir      string // the kubelet's device-plugins directory
 	Socket   string // this plugin's socket, a file name in Dir
@@ -66,7 +71,7 @@ func identOf(path string) ident {
 // socket. It registers as soon as the kubelet's socket is there, and again
 // whenever the kubelet restarts: a starting kubelet removes the plugins'
 // sockets and creates its own anew. Both are checked every Watch.
-func (p *Plugin) Run(ctx context.Context) error {
+func (p *Endpoint) Run(ctx context.Context) error {
 	watch := p.Watch
 	if watch <= 0 {
 		watch = DefaultWatch
@@ -121,14 +126,14 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 }
 
-func (p *Plugin) socketPath() string { return filepath.Join(p.Dir, p.Socket) }
+func (p *Endpoint) socketPath() string { return filepath.Join(p.Dir, p.Socket) }
 
 // Name implements probe.Check: the resource's name.
-func (p *Plugin) Name() string { return p.Resource }
+func (p *Endpoint) Name() string { return p.Resource }
 
 // Live implements probe.Check: the plugin's socket answers
 // GetDevicePluginOptions, as the kubelet asks it.
-func (p *Plugin) Live(ctx context.Context) error {
+func (p *Endpoint) Live(ctx context.Context) error {
 	conn, err := grpc.NewClient("unix://"+p.socketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("device-plugin socket: %w", err)
@@ -142,7 +147,7 @@ func (p *Plugin) Live(ctx context.Context) error {
 
 // Ready implements probe.Check: the resource is registered with the
 // kubelet whose registration socket is there now.
-func (p *Plugin) Ready(context.Context) error {
+func (p *Endpoint) Ready(context.Context) error {
 	if !p.registered.Load() {
 		return errors.New("not registered with the kubelet")
 	}
@@ -150,9 +155,9 @@ func (p *Plugin) Ready(context.Context) error {
 }
 
 // serve listens on the plugin's socket, replacing a stale one (one nobody
-// answers on: a second bridge for the same resource is refused), and
+// answers on: a second instance for the same resource is refused), and
 // serves the DevicePlugin service on it.
-func (p *Plugin) serve() (*grpc.Server, ident, error) {
+func (p *Endpoint) serve() (*grpc.Server, ident, error) {
 	path := p.socketPath()
 	if err := unixsock.Check(path); err != nil {
 		return nil, ident{}, err
@@ -178,14 +183,14 @@ func (p *Plugin) serve() (*grpc.Server, ident, error) {
 }
 
 // removeSocket removes the plugin's socket if it is still the one served.
-func (p *Plugin) removeSocket(own ident) {
+func (p *Endpoint) removeSocket(own ident) {
 	if identOf(p.socketPath()) == own {
 		_ = os.Remove(p.socketPath())
 	}
 }
 
 // register tells the kubelet about the resource and its socket.
-func (p *Plugin) register(ctx context.Context) error {
+func (p *Endpoint) register(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(p.Dir, KubeletSocket), grpc.WithTransportCredentials(insecure.NewCredentials()))

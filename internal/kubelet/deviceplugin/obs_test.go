@@ -1,4 +1,4 @@
-package bridge
+package deviceplugin
 
 import (
 	"context"
@@ -30,11 +30,11 @@ func TestMetrics(t *testing.T) {
 	if _, err := allocate(c, "tty5"); err == nil { // reserved
 		t.Fatal("tty5 allocated")
 	}
-	r := n.bridge.res[0]
+	r := n.mode.res[0]
 	r.refresh(t.Context())
 	t0 := time.Now()
 	for _, at := range []time.Duration{0, opt.Grace} { // nothing is live
-		if err := n.bridge.collect(t.Context(), t0.Add(at)); err != nil {
+		if err := n.mode.collect(t.Context(), t0.Add(at)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestMetrics(t *testing.T) {
 func TestProbes(t *testing.T) {
 	n := ttyNode(t)
 	n.start(n.options())
-	checks := n.bridge.Checks()
+	checks := n.mode.Checks()
 	if len(checks) != 1 || checks[0].Name() != ttyRes {
 		t.Fatalf("checks %v", checks)
 	}

@@ -1,4 +1,4 @@
-package bridge
+package deviceplugin
 
 import (
 	"context"
@@ -217,7 +217,7 @@ func TestPreferredAllocation(t *testing.T) {
 }
 
 // A restarted kubelet removes the plugin's socket and makes a new
-// kubelet.sock; the bridge serves and registers again.
+// kubelet.sock; the mode serves and registers again.
 func TestKubeletRestart(t *testing.T) {
 	n := ttyNode(t)
 	n.start(n.options())
@@ -234,7 +234,7 @@ func TestKubeletRestart(t *testing.T) {
 	}
 }
 
-// A bridge started before the kubelet registers once the kubelet is up;
+// A device-plugin mode started before the kubelet registers once the kubelet is up;
 // on shutdown it removes its socket.
 func TestLateKubeletAndShutdown(t *testing.T) {
 	n := ttyNode(t)
@@ -253,7 +253,7 @@ func TestLateKubeletAndShutdown(t *testing.T) {
 	}
 }
 
-// A second bridge for the same resource does not take the first's socket.
+// A second device-plugin mode for the same resource does not take the first's socket.
 func TestSecondBridgeRefused(t *testing.T) {
 	n := ttyNode(t)
 	n.start(n.options())
@@ -264,9 +264,9 @@ func TestSecondBridgeRefused(t *testing.T) {
 	}
 	err = b.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "another process serves this socket") {
-		t.Fatalf("second bridge: %v", err)
+		t.Fatalf("second instance: %v", err)
 	}
 	if got, want := n.watch(n.kubelet.Dial("cdi-exec.io-tty.sock")).next(), healthyTTYs(13, 19); !slices.Equal(got, want) {
-		t.Fatalf("the first bridge's devices %v, want %v", got, want)
+		t.Fatalf("the first instance's devices %v, want %v", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package bridge
+package deviceplugin
 
 import (
 	"context"
@@ -21,11 +21,11 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	kubelettest.Main(m, "bridge", "../../../plugins/...", &binDir)
+	kubelettest.Main(m, "deviceplugin", "../../../plugins/...", &binDir)
 }
 
 // node is a fixture host, its plugin configs and state, a fake kubelet and
-// a bridge serving them.
+// the mode serving them.
 type node struct {
 	t       *testing.T
 	root    string // CDI_HOST_ROOT
@@ -33,7 +33,7 @@ type node struct {
 	conf    string // conf dir
 	specDir string
 	kubelet *kubelettest.Kubelet
-	bridge  *Bridge
+	mode    *Plugin
 	done    chan error
 	stop    context.CancelFunc
 }
@@ -50,7 +50,7 @@ func newNode(t *testing.T, h fixture.Host, confs map[string]string) *node {
 	return n
 }
 
-// options are the bridge's options for the node. Scans and polls happen
+// options are the mode's options for the node. Scans and polls happen
 // only when a test asks for them, unless it sets intervals itself.
 func (n *node) options() Options {
 	return Options{
@@ -61,7 +61,7 @@ func (n *node) options() Options {
 	}
 }
 
-// start runs a bridge with opt until the test ends.
+// start runs the mode with opt until the test ends.
 func (n *node) start(opt Options) {
 	n.t.Helper()
 	b, err := New(opt)
@@ -69,12 +69,12 @@ func (n *node) start(opt Options) {
 		n.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n.bridge, n.done, n.stop = b, make(chan error, 1), cancel
+	n.mode, n.done, n.stop = b, make(chan error, 1), cancel
 	go func() { n.done <- b.Run(ctx) }()
 	n.t.Cleanup(func() { n.shutdown() })
 }
 
-// shutdown stops the bridge and returns what Run returned.
+// shutdown stops the mode and returns what Run returned.
 func (n *node) shutdown() error {
 	n.stop()
 	select {
@@ -82,7 +82,7 @@ func (n *node) shutdown() error {
 		n.done <- err // for a second call
 		return err
 	case <-time.After(time.Minute):
-		n.t.Fatal("bridge did not stop within a minute")
+		n.t.Fatal("the device-plugin mode did not stop within a minute")
 		return nil
 	}
 }
@@ -99,7 +99,7 @@ func (n *node) register() *api.RegisterRequest {
 	}
 }
 
-// plugin runs a plugin binary as a caller other than the bridge would.
+// plugin runs a plugin binary as a caller other than the mode would.
 func (n *node) plugin(name, conf string, env ...string) map[string]any {
 	n.t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name))

@@ -1,4 +1,4 @@
-package bridge
+package deviceplugin
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func TestAllocate(t *testing.T) {
 		t.Fatalf("CDI devices %v, want %s", got, name)
 	}
 
-	// The spec file is where the bridge put it, and the upstream library
+	// The spec file is where the mode put it, and the upstream library
 	// loads it and injects exactly the two ttys.
 	if got := n.specFiles(id); len(got) != 1 {
 		t.Fatalf("spec files of %s: %v", id, got)

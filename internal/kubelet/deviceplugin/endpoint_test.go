@@ -16,7 +16,7 @@ func TestRunRefusesLongSocketPath(t *testing.T) {
 	if err := os.Mkdir(long, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := &Plugin{Resource: "cdi-exec.io/tty", Dir: long, Socket: "cdi-exec.io-tty.sock", Log: slog.New(slog.DiscardHandler)}
+	p := &Endpoint{Resource: "cdi-exec.io/tty", Dir: long, Socket: "cdi-exec.io-tty.sock", Log: slog.New(slog.DiscardHandler)}
 	err := p.Run(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "more than a unix socket can have (107)") {
 		t.Fatalf("Run = %v, want a refusal of the socket path", err)

@@ -1,11 +1,15 @@
-// Package bridge makes the resource types configured for the exec plugins
-// kubelet device-plugin resources. Each type becomes one resource
-// <prefix>/<type>, served by a deviceplugin.Plugin. Devices come from the
-// plugins' DEVICES answers, Allocate is a pinned ADD, and because the
-// device-plugin API never frees anything, the bridge frees what the
-// kubelet's PodResources API no longer lists (internal/kubelet/gc). Every call
-// to a plugin goes through pkg/caller. docs/kubernetes.md describes it.
-package bridge
+// Package deviceplugin is the device-plugin mode of cdi-kubelet-plugin: it
+// makes the resource types configured for the exec plugins kubelet
+// device-plugin resources (v1beta1). Each type becomes one resource
+// <prefix>/<type>, served by an Endpoint (endpoint.go, server.go). Devices
+// come from the plugins' DEVICES answers, read by the rules the DRA mode
+// shares (internal/kubelet/inventory); Allocate is a pinned ADD under a
+// request-id made from the device set (reqid.go), and because the
+// device-plugin API never frees anything, the mode frees what the
+// kubelet's PodResources API no longer lists (podresources.go, gc.go,
+// collect.go). Every call to a plugin goes through pkg/caller.
+// docs/kubernetes.md describes it.
+package deviceplugin
 
 import (
 	"context"
@@ -19,7 +23,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/internal/kubelet/probe"
 	"github.com/cdi-exec/plugins/pkg/caller"
@@ -36,7 +40,7 @@ const (
 	DefaultGrace = 2 * time.Minute
 )
 
-// Options configure a Bridge.
+// Options configure a Plugin.
 type Options struct {
 	ConfDir    string   // the plugin configs, <type>.d/*.conf
 	Types      []string // serve only these types; all when empty
@@ -46,7 +50,7 @@ type Options struct {
 	Caller     caller.Caller
 	Poll       time.Duration // how often DEVICES is asked
 	GCInterval time.Duration // how often PodResources is scanned
-	Grace      time.Duration // see internal/kubelet/gc
+	Grace      time.Duration // see gc.go
 	Watch      time.Duration // how often a kubelet restart is checked for
 	Log        *slog.Logger
 	// Metrics records the devices published, the allocations freed and
@@ -54,32 +58,32 @@ type Options struct {
 	Metrics *metrics.Metrics
 }
 
-// Bridge serves the configured resource types.
-type Bridge struct {
+// Plugin serves the configured resource types.
+type Plugin struct {
 	opt     Options
 	log     *slog.Logger
 	res     []*resource
-	plugins []*deviceplugin.Plugin // serving res, in the same order
+	plugins []*Endpoint // serving res, in the same order
 }
 
 // New loads the configs and prepares one resource per type.
-func New(opt Options) (*Bridge, error) {
+func New(opt Options) (*Plugin, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New()
 	}
-	byType, probs, err := Configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
-	LogProblems(opt.Log, probs)
+	byType, probs, err := inventory.Configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
+	inventory.LogProblems(opt.Log, probs)
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{opt: opt, log: opt.Log}
+	b := &Plugin{opt: opt, log: opt.Log}
 	for _, t := range slices.Sorted(maps.Keys(byType)) {
 		r := newResource(opt.Prefix+"/"+t, t, byType[t], opt.Caller, opt.Log, opt.Metrics, opt.Grace)
 		b.res = append(b.res, r)
-		b.plugins = append(b.plugins, &deviceplugin.Plugin{
+		b.plugins = append(b.plugins, &Endpoint{
 			Resource: r.name, Dir: b.pluginDir(), Socket: Socket(r.name), Backend: r,
 			Log: b.log, Watch: b.opt.Watch, OnRegister: b.onRegister(r),
 		})
@@ -88,7 +92,7 @@ func New(opt Options) (*Bridge, error) {
 }
 
 // Checks returns the resources' device plugins as the probes see them.
-func (b *Bridge) Checks() []probe.Check {
+func (b *Plugin) Checks() []probe.Check {
 	var out []probe.Check
 	for _, p := range b.plugins {
 		out = append(out, p)
@@ -97,7 +101,7 @@ func (b *Bridge) Checks() []probe.Check {
 }
 
 // Resources returns the names of the resources served.
-func (b *Bridge) Resources() []string {
+func (b *Plugin) Resources() []string {
 	var names []string
 	for _, r := range b.res {
 		names = append(names, r.name)
@@ -105,8 +109,8 @@ func (b *Bridge) Resources() []string {
 	return names
 }
 
-func (b *Bridge) pluginDir() string    { return filepath.Join(b.opt.KubeletDir, "device-plugins") }
-func (b *Bridge) podResources() string { return filepath.Join(b.opt.KubeletDir, podResourcesSocket) }
+func (b *Plugin) pluginDir() string    { return filepath.Join(b.opt.KubeletDir, "device-plugins") }
+func (b *Plugin) podResources() string { return filepath.Join(b.opt.KubeletDir, podResourcesSocket) }
 
 // Socket returns the file name of a resource's socket in the kubelet's
 // device-plugins directory: "cdi-exec.io-tty.sock" for "cdi-exec.io/tty".
@@ -117,7 +121,7 @@ func Socket(resource string) string {
 // Run serves every resource until ctx ends, then removes the sockets. It
 // lists every resource's devices before the first registration, so that
 // the kubelet's first ListAndWatch is complete.
-func (b *Bridge) Run(ctx context.Context) error {
+func (b *Plugin) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for _, r := range b.res {
@@ -143,7 +147,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		every(ctx, b.opt.GCInterval, nil, func() { _ = b.collect(ctx, time.Now()) })
+		inventory.Every(ctx, b.opt.GCInterval, nil, func() { _ = b.collect(ctx, time.Now()) })
 	}()
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -154,7 +158,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 // onRegister makes a kubelet restart start every absence count afresh: a
 // kubelet that has just started may list no pods for a while.
-func (b *Bridge) onRegister(r *resource) func(bool) {
+func (b *Plugin) onRegister(r *resource) func(bool) {
 	return func(again bool) {
 		if again {
 			r.gc.Reset()

@@ -1,11 +1,11 @@
-package bridge
+package deviceplugin
 
 import (
 	"reflect"
 	"slices"
 	"testing"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -26,29 +26,29 @@ func TestMergeAndOffer(t *testing.T) {
 			{Key: "0000:04:00.0", NUMA: 1, Usable: true},
 		},
 	}
-	inv := merge(answers)
-	want := []deviceplugin.Device{
+	inv := inventory.Merge(answers)
+	want := []Device{
 		{ID: "0000:01:00.0", NUMA: 0, Healthy: true, PCIe: []string{"pci0000:00", "0000:00:01.0", "0000:01:00.0"}},
 		{ID: "0000:02:00.0", NUMA: 1},
 		{ID: "0000:03:00.0", NUMA: -1, Healthy: true, Free: true},
 		{ID: "ttyUSB0", NUMA: -1, Healthy: true, Free: true, PCIe: []string{"pci0000:00", "0000:00:14.0"}},
 		{ID: "0000:04:00.0", NUMA: 1, Healthy: true, Free: true},
 	}
-	if got := inv.offer("gpu"); !reflect.DeepEqual(got, want) {
+	if got := offer(inv, "gpu"); !reflect.DeepEqual(got, want) {
 		t.Errorf("offer:\n got %+v\nwant %+v", got, want)
 	}
-	if got := inv.entries[4].conf; got != 1 {
+	if got := inv.Conf[4]; got != 1 {
 		t.Errorf("0000:04:00.0 belongs to config %d, want 1", got)
 	}
-	if !slices.Equal(inv.skipped, []string{"/sys/devices/platform/simple-framebuffer.0"}) {
-		t.Errorf("skipped %v", inv.skipped)
+	if !slices.Equal(inv.Skipped, []string{"/sys/devices/platform/simple-framebuffer.0"}) {
+		t.Errorf("skipped %v", inv.Skipped)
 	}
 	// Its own ids, also of devices it does not offer; never another
 	// caller's, nor another type's.
-	if got := inv.held("gpu"); !slices.Equal(got, []string{mine, stale}) {
+	if got := held(inv, "gpu"); !slices.Equal(got, []string{mine, stale}) {
 		t.Errorf("held %v", got)
 	}
-	if got := inv.held("tty"); len(got) != 0 {
+	if got := held(inv, "tty"); len(got) != 0 {
 		t.Errorf("held as tty %v", got)
 	}
 }

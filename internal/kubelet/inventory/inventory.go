@@ -1,0 +1,225 @@
+// Package inventory is what both Kubernetes modes of cdi-kubelet-plugin
+// (internal/kubelet/deviceplugin, internal/kubelet/dra) know of a node's
+// devices, read by one set of rules: the plugin configs of each resource
+// type (Configs), the DEVICES answer of one config's plugin (Devices), how
+// the answers of a type's configs combine (Merge), and a Poller that keeps
+// the last good answer of every config of a type and says which config
+// owns which key (Groups). Every call to a plugin goes through pkg/caller.
+// docs/kubernetes.md describes the rules.
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/request"
+)
+
+// Inventory is what the configs of one resource type offer: the usable
+// devices whose keys a pinned ADD can name, a key two configs report
+// belonging to the first.
+type Inventory struct {
+	Devices []protocol.DeviceInfo
+	Conf    []int    // Conf[i] is the index of the config that reported Devices[i]
+	Skipped []string // keys left out because a pinned ADD cannot name them
+	// Holders are the request-ids that hold a device of any config,
+	// usable or not, in the order first seen.
+	Holders []string
+}
+
+// Devices asks one plugin for its inventory (the DEVICES extension).
+func Devices(ctx context.Context, c caller.Caller, conf caller.Config) ([]protocol.DeviceInfo, error) {
+	r, err := c.Extension(ctx, conf, protocol.CmdDevices)
+	if err != nil {
+		return nil, err
+	}
+	var devs []protocol.DeviceInfo
+	if err := json.Unmarshal(r.Object["devices"], &devs); err != nil {
+		return nil, &caller.PluginError{Config: conf, Err: fmt.Errorf("DEVICES answer has no devices list: %s", r.Raw)}
+	}
+	return devs, nil
+}
+
+// Merge combines the DEVICES answers of a type's configs, in config order.
+// A device is offered when it is usable and its key can be named in a
+// pinned ADD; a key two configs both report belongs to the first.
+func Merge(answers [][]protocol.DeviceInfo) Inventory {
+	var inv Inventory
+	seen := map[string]bool{}
+	for i, devs := range answers {
+		for _, d := range devs {
+			if d.HeldBy != "" && !slices.Contains(inv.Holders, d.HeldBy) {
+				inv.Holders = append(inv.Holders, d.HeldBy)
+			}
+			switch {
+			case !d.Usable || seen[d.Key]:
+				continue
+			case request.ValidDeviceKey(d.Key) != nil:
+				inv.Skipped = append(inv.Skipped, d.Key)
+				continue
+			}
+			seen[d.Key] = true
+			inv.Devices = append(inv.Devices, d)
+			inv.Conf = append(inv.Conf, i)
+		}
+	}
+	return inv
+}
+
+// Order returns keys with those of the inventory first, in the
+// inventory's order, then the others in their own order.
+func (inv Inventory) Order(keys []string) []string {
+	var out []string
+	for _, d := range inv.Devices {
+		if slices.Contains(keys, d.Key) && !slices.Contains(out, d.Key) {
+			out = append(out, d.Key)
+		}
+	}
+	for _, k := range keys {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Group is the keys one config's plugin is asked for in a pinned ADD.
+type Group struct {
+	Conf int // index of the config
+	Keys []string
+}
+
+// Groups splits keys by the config that reported them, keeping their
+// order, first config first. A key the inventory does not know goes to
+// the first config, whose plugin then says what is wrong with it.
+func (inv Inventory) Groups(keys []string) []Group {
+	var gs []Group
+	for _, k := range keys {
+		conf := 0
+		if i := slices.IndexFunc(inv.Devices, func(d protocol.DeviceInfo) bool { return d.Key == k }); i >= 0 {
+			conf = inv.Conf[i]
+		}
+		i := slices.IndexFunc(gs, func(g Group) bool { return g.Conf == conf })
+		if i < 0 {
+			gs = append(gs, Group{Conf: conf})
+			i = len(gs) - 1
+		}
+		gs[i].Keys = append(gs[i].Keys, k)
+	}
+	slices.SortStableFunc(gs, func(a, b Group) int { return a.Conf - b.Conf })
+	return gs
+}
+
+// Poller asks the plugins of one resource type's configs for their
+// devices and keeps what they said. It is safe for concurrent use; what
+// it returns is shared and must not be changed.
+type Poller struct {
+	caller caller.Caller
+	confs  []caller.Config
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	answers [][]protocol.DeviceInfo // last good DEVICES answer per config
+	failing []bool                  // whether the last DEVICES of a config failed
+	merged  Inventory               // Merge of answers after the last complete Refresh
+}
+
+// NewPoller returns a poller of the configs' plugins that has asked
+// nothing yet.
+func NewPoller(c caller.Caller, confs []caller.Config, log *slog.Logger) *Poller {
+	return &Poller{
+		caller: c, confs: confs, log: log,
+		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
+	}
+}
+
+// Configs returns the configs polled, in order.
+func (p *Poller) Configs() []caller.Config { return p.confs }
+
+// Refresh asks every config's plugin for its devices and keeps each good
+// answer. A plugin that fails keeps its last answer, so a hanging or
+// crashing plugin does not make its devices flap; its failure is logged
+// once, and so is its recovery. When every config was asked, the answers
+// are merged anew (Inventory). It returns how many configs failed, and ok
+// false when ctx ended first: a cancelled run says nothing of the plugin.
+func (p *Poller) Refresh(ctx context.Context) (failed int, ok bool) {
+	for i, conf := range p.confs {
+		devs, err := Devices(ctx, p.caller, conf)
+		if ctx.Err() != nil {
+			return failed, false
+		}
+		if err != nil {
+			failed++
+		}
+		p.mu.Lock()
+		wasFailing := p.failing[i]
+		p.failing[i] = err != nil
+		if err == nil {
+			p.answers[i] = devs
+		}
+		p.mu.Unlock()
+		switch {
+		case err != nil && !wasFailing:
+			p.log.Error("listing devices failed; keeping the last list", "config", conf.File, "err", err)
+		case err == nil && wasFailing:
+			p.log.Info("listing devices works again", "config", conf.File)
+		}
+	}
+	p.mu.Lock()
+	p.merged = Merge(p.answers)
+	p.mu.Unlock()
+	return failed, true
+}
+
+// Inventory returns the merged answers of the last complete Refresh.
+func (p *Poller) Inventory() Inventory {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.merged
+}
+
+// Answers returns the last good answer of every config, in config order,
+// usable or not.
+func (p *Poller) Answers() [][]protocol.DeviceInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.answers)
+}
+
+// Reported returns the first config whose last answer reports key, and
+// its report.
+func (p *Poller) Reported(key string) (int, protocol.DeviceInfo, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, devs := range p.answers {
+		for _, dev := range devs {
+			if dev.Key == key {
+				return i, dev, true
+			}
+		}
+	}
+	return 0, protocol.DeviceInfo{}, false
+}
+
+// Every calls fn every interval, and whenever poke delivers (a nil poke
+// never does), until ctx ends.
+func Every(ctx context.Context, interval time.Duration, poke <-chan struct{}, fn func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-poke:
+		}
+		fn()
+	}
+}

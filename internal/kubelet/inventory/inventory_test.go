@@ -1,0 +1,119 @@
+package inventory
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// A key two configs report belongs to the first; unusable devices and keys
+// a pinned ADD cannot name are not offered, but their holders count.
+func TestMerge(t *testing.T) {
+	inv := Merge([][]protocol.DeviceInfo{
+		{
+			{Key: "a", Usable: true, HeldBy: "x"},
+			{Key: "b", Usable: false, HeldBy: "y"},
+			{Key: "/sys/devices/platform/fb.0", Usable: true},
+		},
+		{
+			{Key: "a", Usable: true, HeldBy: "z"},
+			{Key: "c", Usable: true, HeldBy: "x"},
+		},
+	})
+	want := Inventory{
+		Devices: []protocol.DeviceInfo{{Key: "a", Usable: true, HeldBy: "x"}, {Key: "c", Usable: true, HeldBy: "x"}},
+		Conf:    []int{0, 1},
+		Skipped: []string{"/sys/devices/platform/fb.0"},
+		Holders: []string{"x", "y", "z"},
+	}
+	if !reflect.DeepEqual(inv, want) {
+		t.Errorf("Merge:\n got %+v\nwant %+v", inv, want)
+	}
+}
+
+func TestGroupsAndOrder(t *testing.T) {
+	inv := Inventory{
+		Devices: []protocol.DeviceInfo{{Key: "a"}, {Key: "b"}, {Key: "c"}, {Key: "d"}},
+		Conf:    []int{0, 1, 0, 2},
+	}
+	tests := []struct {
+		name  string
+		keys  []string
+		order []string
+		want  []Group
+	}{
+		{"one config", []string{"c", "a"}, []string{"a", "c"}, []Group{{0, []string{"c", "a"}}}},
+		{"by config, first config first", []string{"d", "b", "a"}, []string{"a", "b", "d"},
+			[]Group{{0, []string{"a"}}, {1, []string{"b"}}, {2, []string{"d"}}}},
+		{"unknown keys go to the first config", []string{"zz", "b"}, []string{"b", "zz"},
+			[]Group{{0, []string{"zz"}}, {1, []string{"b"}}}},
+		{"nothing", nil, nil, nil},
+	}
+	for _, tt := range tests {
+		if got := inv.Groups(tt.keys); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: Groups(%v) = %v, want %v", tt.name, tt.keys, got, tt.want)
+		}
+		if got := inv.Order(tt.keys); !slices.Equal(got, tt.order) {
+			t.Errorf("%s: Order(%v) = %v, want %v", tt.name, tt.keys, got, tt.order)
+		}
+	}
+}
+
+// flaky lists one device, and fails DEVICES while <dir>/fail exists.
+const flaky = `#!/bin/sh
+cat >/dev/null
+case "$CDI_COMMAND" in
+VERSION) echo '{"cdiVersion":"0.0.2","supportedVersions":["0.0.1","0.0.2"]}' ;;
+DEVICES)
+  if [ -e "$(dirname "$0")/fail" ]; then echo '{"code":100,"msg":"broken"}'; exit 100; fi
+  echo '{"cdiVersion":"0.0.2","devices":[{"key":"d0","nodes":["/dev/null"],"numa":-1,"usable":true}]}' ;;
+*) exit 3 ;;
+esac
+`
+
+// A plugin that fails keeps its last answer; a cancelled refresh changes
+// nothing.
+func TestPollerKeepsLastAnswer(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "flaky"), []byte(flaky), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := caller.Config{File: "f.conf", Type: "thing", Plugin: "flaky",
+		Raw: []byte(`{"cdiVersion":"0.0.2","name":"f","type":"thing","plugin":"flaky"}`)}
+	p := NewPoller(caller.Caller{Path: dir, Timeout: 10 * time.Second}, []caller.Config{conf}, slog.New(slog.DiscardHandler))
+	if failed, ok := p.Refresh(t.Context()); failed != 0 || !ok {
+		t.Fatalf("Refresh = %d, %v", failed, ok)
+	}
+	keys := func() []string {
+		var out []string
+		for _, d := range p.Inventory().Devices {
+			out = append(out, d.Key)
+		}
+		return out
+	}
+	if got := keys(); !slices.Equal(got, []string{"d0"}) {
+		t.Fatalf("devices %v", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if failed, ok := p.Refresh(t.Context()); failed != 1 || !ok {
+		t.Fatalf("Refresh of a failing plugin = %d, %v", failed, ok)
+	}
+	if got := keys(); !slices.Equal(got, []string{"d0"}) {
+		t.Fatalf("devices after a failure %v, want the last answer", got)
+	}
+	if i, d, ok := p.Reported("d0"); !ok || i != 0 || d.Key != "d0" {
+		t.Fatalf("Reported(d0) = %d, %+v, %v", i, d, ok)
+	}
+	if _, _, ok := p.Reported("d1"); ok {
+		t.Fatal("Reported(d1): a key nobody reports")
+	}
+}
