@@ -20,13 +20,12 @@ func (c Caller) AddDevices(ctx context.Context, conf Config, id string, spec req
 	})
 }
 
-// ReservedPrefix starts every request-id a Kubernetes bridge makes
+// ReservedPrefix starts every request-id a Kubernetes mode of cdi-kubelet-plugin makes
 // (docs/kubernetes.md#request-ids). Other callers must not use it, so that
-// a bridge's garbage collection can never free what they hold.
+// a mode's garbage collection can never free what they hold.
 const ReservedPrefix = "k8s-"
 
-// CheckOwnID refuses a request-id that a caller other than a Kubernetes
-// bridge wants to allocate under, when it lies in the reserved namespace.
+// CheckOwnID refuses a request-id that a caller other than cdi-kubelet-plugin wants to allocate under, when it lies in the reserved namespace.
 func CheckOwnID(id string) error {
 	if strings.HasPrefix(id, ReservedPrefix) {
 		return fmt.Errorf("request-id %q: ids starting with %q are reserved for the Kubernetes bridges", id, ReservedPrefix)

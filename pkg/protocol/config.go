@@ -172,7 +172,7 @@ func (c Config) DecodeArgs(dst any) error {
 // members (an empty map for a config without args), and encodes the
 // config again with them. When edit reports no change, raw comes back as
 // it is. Callers that adjust a config before running a plugin (the
-// Kubernetes bridge's cdi_spec, a claim's settings) share it.
+// Kubernetes modes' cdi_spec, a claim's settings) share it.
 func EditArgs(raw []byte, edit func(args map[string]json.RawMessage) (bool, error)) ([]byte, error) {
 	var conf map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &conf); err != nil {

@@ -78,7 +78,7 @@ func TestKubeletPluginBinary(t *testing.T) {
 	if got := strings.Count(logs.String(), `] "allocate" `); got != 3 {
 		t.Fatalf("%d Allocate log lines, want 3:\n%s", got, logs.String())
 	}
-	// The allocations outlive the bridge: only its garbage collector frees
+	// The allocations outlive the device-plugin mode: only its garbage collector frees
 	// them, when the kubelet no longer lists them.
 	if recs := n.records("generic-tty"); len(recs) != 2 {
 		t.Fatalf("records after exit: %v", recs)
@@ -99,7 +99,7 @@ func TestCdictlReservedIDs(t *testing.T) {
 	if _, err := os.Stat(store.Path(n.state, "generic-tty")); !os.IsNotExist(err) {
 		t.Fatalf("a refused add reached the plugin: %v", err)
 	}
-	// A bridge's allocation, made here by running the plugin as the bridge
+	// A device-plugin allocation, made here by running the plugin as the mode
 	// would; cdictl del frees it.
 	id := "k8s-dp-tty-00785c94acc31ce196d867d8850b6dd2"
 	if r := n.run("generic-tty", ctlConfs["tty.d/generic-tty.conf"], "CDI_COMMAND=ADD", "CDI_REQUEST=tty:1", "CDI_REQUEST_ID="+id, "CDI_REQUEST_DEVICES=tty13"); r.status != 0 {

@@ -320,10 +320,10 @@ func TestPluginsDoNotLinkPeoplesLibraries(t *testing.T) {
 	}
 }
 
-// The Kubernetes bridge's metrics and logging libraries stay in
+// The Kubernetes command's metrics and logging libraries stay in
 // cdi-kubelet-plugin: pkg/caller's Observer is an interface, so neither
 // the plugins nor cdictl link them.
-func TestOnlyTheBridgeLinksMetrics(t *testing.T) {
+func TestOnlyTheKubeletPluginLinksMetrics(t *testing.T) {
 	for _, mod := range []string{"github.com/prometheus/client_golang", "k8s.io/component-base"} {
 		for _, bin := range []string{"drm", "generic-tty", "sriov", "cdictl", "cdi-kubelet-plugin"} {
 			if linked := links(t, bin, mod); linked != (bin == "cdi-kubelet-plugin") {

@@ -107,7 +107,7 @@ func (r *debRoot) run(bin string, args ...string) (stdout, stderr string, status
 func TestDeb(t *testing.T) {
 	deb := debPackage(t)
 	// The control file: a Maintainer with an address, as Debian policy
-	// asks, and a description of both of the bridge's modes.
+	// asks, and a description of both of cdi-kubelet-plugin's modes.
 	fields, err := exec.Command("dpkg-deb", "-f", deb, "Maintainer", "Description").CombinedOutput()
 	if err != nil {
 		t.Fatalf("dpkg-deb -f: %v\n%s", err, fields)

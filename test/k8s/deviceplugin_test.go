@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// The bridge's GC settings in this test: a removed pod's ttys are freed
+// The device-plugin mode's GC settings in this test: a removed pod's ttys are freed
 // once it has been absent from two scans and for the grace period, so
 // within gcGrace + 2*gcInterval plus the pod's termination.
 const (
@@ -34,21 +34,21 @@ const (
 //     two ttys the kubelet allocated, which are the two the plugin holds
 //     and the two the CDI spec names;
 //   - a kubelet restart leaves the pod running with the same allocation,
-//     and the bridge registers with the new kubelet;
+//     and the device-plugin mode registers with the new kubelet;
 //   - removing the pod frees its ttys within the GC bound, and the spec
 //     file is gone;
-//   - SIGTERM stops the bridge cleanly and removes its socket.
+//   - SIGTERM stops the device-plugin mode cleanly and removes its socket.
 func TestNodeDevicePluginTTYs(t *testing.T) {
 	bin := repoBin(t)
-	bridge := filepath.Join(bin, "cdi-kubelet-plugin")
-	if _, err := os.Stat(bridge); err != nil {
-		t.Fatalf("%s is not built (make e2e-node builds it): %v", bridge, err)
+	binary := filepath.Join(bin, "cdi-kubelet-plugin")
+	if _, err := os.Stat(binary); err != nil {
+		t.Fatalf("%s is not built (make e2e-node builds it): %v", binary, err)
 	}
 	reserved := ttyReserve(t)
 	n := StartNode(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
-	b := startBridge(t, n, bin, reserved)
+	b := startDevicePlugin(t, n, bin, reserved)
 
 	all := b.waitRegistered(ctx, t, time.Now())
 	t.Logf("the kubelet lists %d devices for %s: %v", len(all), resource, all)
@@ -61,7 +61,7 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	held, id := b.checkPodTTYs(ctx, t, pod)
 
 	// A kubelet restart: the pod keeps running with the same devices, and
-	// the bridge registers with the new kubelet.
+	// the device-plugin mode registers with the new kubelet.
 	n.StopKubelet()
 	if err := n.StartKubelet(ctx); err != nil {
 		t.Fatal(err)
@@ -89,12 +89,12 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 
 // waitFreed waits, within the GC bound, until the plugin holds nothing
 // and the CDI spec file is gone.
-func (b *bridgeRun) waitFreed(ctx context.Context, t *testing.T, removed time.Time, held []string) {
+func (b *pluginRun) waitFreed(ctx context.Context, t *testing.T, removed time.Time, held []string) {
 	t.Helper()
 	bound := gcGrace + 2*gcInterval + 20*time.Second
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	err := waitFor(ctx, "the bridge to free the removed pod's ttys", func(ctx context.Context) error {
+	err := waitFor(ctx, "the device-plugin mode to free the removed pod's ttys", func(ctx context.Context) error {
 		if l := b.allocations(ctx, t); len(l) > 0 {
 			return fmt.Errorf("still held: %+v", l)
 		}
@@ -113,8 +113,8 @@ func (b *bridgeRun) waitFreed(ctx context.Context, t *testing.T, removed time.Ti
 // every second: "devs /dev/tty45=4:2d /dev/tty46=4:2e".
 const devLoop = `while :; do echo "devs $(stat -c '%n=%t:%T' /dev/tty[0-9]* 2>/dev/null | tr '\n' ' ')"; sleep 1; done`
 
-// bridgeRun is one cdi-kubelet-plugin device-plugin run on a node.
-type bridgeRun struct {
+// pluginRun is one cdi-kubelet-plugin device-plugin run on a node.
+type pluginRun struct {
 	n      *Node
 	d      *daemon
 	bin    string
@@ -124,8 +124,8 @@ type bridgeRun struct {
 	logLen int    // how much of the pod's output has been read
 }
 
-func startBridge(t *testing.T, n *Node, bin string, reserved int) *bridgeRun {
-	b := &bridgeRun{n: n, bin: bin, conf: filepath.Join(n.Dir, "cdi-conf"), state: filepath.Join(n.Dir, "cdi-state"),
+func startDevicePlugin(t *testing.T, n *Node, bin string, reserved int) *pluginRun {
+	b := &pluginRun{n: n, bin: bin, conf: filepath.Join(n.Dir, "cdi-conf"), state: filepath.Join(n.Dir, "cdi-state"),
 		socket: filepath.Join(kubeletDir, "device-plugins")}
 	conf := fmt.Sprintf(`{"cdiVersion": "0.0.2", "name": "ttys", "type": "tty", "plugin": "generic-tty", "args": {"num_system_reserved": %d}}`, reserved)
 	for _, d := range []string{filepath.Join(b.conf, "tty.d"), b.state} {
@@ -144,17 +144,17 @@ func startBridge(t *testing.T, n *Node, bin string, reserved int) *bridgeRun {
 	return b
 }
 
-func (b *bridgeRun) env() []string {
+func (b *pluginRun) env() []string {
 	return []string{"CDI_PATH=" + b.bin, "CDI_STATE_DIR=" + b.state, "CDI_HOST_ROOT=/", "CDI_CONF_DIR=" + b.conf}
 }
 
 // waitRegistered waits until the kubelet started at since counts a
 // registration of the resource and has its devices, and returns them.
-func (b *bridgeRun) waitRegistered(ctx context.Context, t *testing.T, since time.Time) []string {
+func (b *pluginRun) waitRegistered(ctx context.Context, t *testing.T, since time.Time) []string {
 	t.Helper()
 	re := regexp.MustCompile(`(?m)^kubelet_device_plugin_registration_total\{resource_name="` + regexp.QuoteMeta(resource) + `"\} (\d+)`)
 	var devs []string
-	err := waitFor(ctx, "the bridge to register "+resource, func(ctx context.Context) error {
+	err := waitFor(ctx, "the device-plugin mode to register "+resource, func(ctx context.Context) error {
 		m, err := b.n.Metrics(ctx)
 		if err != nil {
 			return err
@@ -187,7 +187,7 @@ type checkpoint struct {
 	}
 }
 
-func (b *bridgeRun) checkpoint(t *testing.T) checkpoint {
+func (b *pluginRun) checkpoint(t *testing.T) checkpoint {
 	var c checkpoint
 	data, err := os.ReadFile(filepath.Join(b.socket, "kubelet_internal_checkpoint"))
 	if err == nil {
@@ -200,7 +200,7 @@ func (b *bridgeRun) checkpoint(t *testing.T) checkpoint {
 }
 
 // kubeletDevices returns the device ids the kubelet allocated to the pod.
-func (b *bridgeRun) kubeletDevices(t *testing.T, uid string) []string {
+func (b *pluginRun) kubeletDevices(t *testing.T, uid string) []string {
 	var ids []string
 	for _, e := range b.checkpoint(t).Data.PodDeviceEntries {
 		if e.PodUID == uid && e.ResourceName == resource {
@@ -220,8 +220,8 @@ type allocation struct {
 	DeviceKeys []string `json:"deviceKeys"`
 }
 
-// allocations lists what the plugins hold in the bridge's state dir.
-func (b *bridgeRun) allocations(ctx context.Context, t *testing.T) []allocation {
+// allocations lists what the plugins hold in the plugin's state dir.
+func (b *pluginRun) allocations(ctx context.Context, t *testing.T) []allocation {
 	out, err := run(ctx, b.env(), filepath.Join(b.bin, "cdictl"), "ls", "-o", "json", "--state-dir", b.state)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func (b *bridgeRun) allocations(ctx context.Context, t *testing.T) []allocation 
 // specs returns the distinct device node paths of each CDI spec file in
 // the node's spec dir (the request's own device and each device's entry
 // name the same nodes).
-func (b *bridgeRun) specs(t *testing.T) map[string][]string {
+func (b *pluginRun) specs(t *testing.T) map[string][]string {
 	files, _ := filepath.Glob(filepath.Join(b.n.CDIDir, "*"))
 	out := map[string][]string{}
 	for _, f := range files {
@@ -276,7 +276,7 @@ func sameContainer(t *testing.T, event string, before, after Pod) {
 // podTTYs returns the ttys the pod printed last (in output printed since
 // the last check), sorted, after checking that each has the host's device
 // numbers, and the line it printed them in.
-func (b *bridgeRun) podTTYs(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
+func (b *pluginRun) podTTYs(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
 	t.Helper()
 	line := b.lastDevLine(ctx, t, pod.Metadata.Name)
 	var seen []string
@@ -293,9 +293,9 @@ func (b *bridgeRun) podTTYs(ctx context.Context, t *testing.T, pod Pod) ([]strin
 
 // checkPodTTYs checks that the pod sees exactly two ttys with the host's
 // device numbers (in output printed since the last check), that they are
-// the ones the kubelet allocated, the plugin holds for one bridge-made
+// the ones the kubelet allocated, the plugin holds for one mode-made
 // request-id, and the CDI spec names, and returns them and the id.
-func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
+func (b *pluginRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) ([]string, string) {
 	t.Helper()
 	seen, line := b.podTTYs(ctx, t, pod)
 	if len(seen) != 2 {
@@ -303,7 +303,7 @@ func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) ([]
 	}
 	allocs := b.allocations(ctx, t)
 	if len(allocs) != 1 || !strings.HasPrefix(allocs[0].RequestID, "k8s-") {
-		t.Fatalf("the plugin holds %+v, want one bridge-made (k8s-) allocation", allocs)
+		t.Fatalf("the plugin holds %+v, want one mode-made (k8s-) allocation", allocs)
 	}
 	held := slices.Sorted(slices.Values(allocs[0].Devices))
 	keys := slices.Sorted(slices.Values(allocs[0].DeviceKeys))
@@ -328,7 +328,7 @@ func (b *bridgeRun) checkPodTTYs(ctx context.Context, t *testing.T, pod Pod) ([]
 
 // lastDevLine returns the last complete "devs" line the pod printed since
 // the previous call, waiting for one.
-func (b *bridgeRun) lastDevLine(ctx context.Context, t *testing.T, pod string) string {
+func (b *pluginRun) lastDevLine(ctx context.Context, t *testing.T, pod string) string {
 	var line string
 	err := waitFor(ctx, "the pod's output", func(ctx context.Context) error {
 		out, err := b.n.Logs(ctx, pod)
@@ -354,13 +354,13 @@ func (b *bridgeRun) lastDevLine(ctx context.Context, t *testing.T, pod string) s
 	return line
 }
 
-// stop sends the bridge SIGTERM and checks that it exits 0 and removes
+// stop sends the device-plugin mode SIGTERM and checks that it exits 0 and removes
 // its socket from the kubelet's device-plugin dir.
-func (b *bridgeRun) stop(t *testing.T) {
+func (b *pluginRun) stop(t *testing.T) {
 	t.Helper()
 	b.d.stop(10 * time.Second)
 	if b.d.err != nil {
-		t.Fatalf("the bridge exited with %v on SIGTERM; its log ends:\n%s", b.d.err, b.d.tail(20))
+		t.Fatalf("the device-plugin mode exited with %v on SIGTERM; its log ends:\n%s", b.d.err, b.d.tail(20))
 	}
 	entries, err := os.ReadDir(b.socket)
 	if err != nil {

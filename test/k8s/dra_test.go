@@ -116,7 +116,7 @@ func (d *draRun) stillPrepared(ctx context.Context, t *testing.T, event string, 
 // draRun is the DRA deployment on a cluster's node.
 type draRun struct {
 	c        *Cluster
-	b        *bridgeRun // cdictl ls, the spec files and the pod's output, as for the device-plugin mode
+	b        *pluginRun // cdictl ls, the spec files and the pod's output, as for the device-plugin mode
 	claims   string     // the drivers' claim records: the host side of --state-dir
 	reserved int
 }
@@ -136,7 +136,7 @@ func newDRARun(t *testing.T, bound time.Duration, tools ...string) (context.Cont
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	t.Cleanup(cancel)
 	d := &draRun{c: c, reserved: reserved, claims: filepath.Join(c.Dir, "dra-state"),
-		b: &bridgeRun{n: c.Node, bin: bin, conf: filepath.Join(c.Dir, "cdi-conf"), state: filepath.Join(c.Dir, "cdi-state")}}
+		b: &pluginRun{n: c.Node, bin: bin, conf: filepath.Join(c.Dir, "cdi-conf"), state: filepath.Join(c.Dir, "cdi-state")}}
 	// The host's copy of the tty config is for cdictl.
 	if err := os.MkdirAll(filepath.Join(d.b.conf, "tty.d"), 0o755); err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 )
 
 // daemon is a long-running process a test started: containerd, the
-// kubelet, a control-plane component or the bridge. Its output goes to
+// kubelet, a control-plane component or cdi-kubelet-plugin. Its output goes to
 // logs/<name>.log under the test's directory, appended across restarts.
 type daemon struct {
 	name string

@@ -6,7 +6,7 @@
 // anew. Everything is real gRPC over unix sockets under a short temporary
 // root (test/sockdir), whatever TMPDIR is.
 //
-// It also holds what the bridge's and the DRA driver's tests share: the
+// It also holds what the device-plugin mode's and the DRA driver's tests share: the
 // plugin binaries (Plugins, Main), a fixture host with its configs (Host),
 // and a logger into the test's log (Logger).
 package kubelettest

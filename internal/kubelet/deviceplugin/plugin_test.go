@@ -254,7 +254,7 @@ func TestLateKubeletAndShutdown(t *testing.T) {
 }
 
 // A second device-plugin mode for the same resource does not take the first's socket.
-func TestSecondBridgeRefused(t *testing.T) {
+func TestSecondInstanceRefused(t *testing.T) {
 	n := ttyNode(t)
 	n.start(n.options())
 	n.register()
