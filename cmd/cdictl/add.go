@@ -62,12 +62,12 @@ func (f *addFlags) run(a *app, args []string) int {
 			return a.fail(protocol.NewError(protocol.CodeInvalidConfig, fmt.Sprintf("config %s of type %s cannot be used: %v; fix it or move it away, then add again", p.File, typ, p.Err)))
 		}
 	}
-	held, err := caller.Held(a.cfg.StateDir, a.cfg.LockTimeout, id)
+	held, err := heldBy(a.cfg.StateDir, a.cfg.LockTimeout, id)
 	if err != nil {
 		return a.fail(protocol.Errorf(protocol.CodeStore, "%w", err))
 	}
-	added, err := a.caller().AddAll(a.ctx(), confs, id, req, numa, held)
-	var rb *caller.RollbackError
+	added, err := addAll(a.ctx(), a.caller(), confs, id, req, numa, held)
+	var rb *rollbackError
 	if errors.As(err, &rb) {
 		for _, c := range rb.Freed {
 			fmt.Fprintf(a.stderr, "cdictl: rolled back: freed what this call added under %s in %s (%s)\n", id, c.Plugin, c.File)
