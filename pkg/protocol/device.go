@@ -23,4 +23,8 @@ type DeviceInfo struct {
 	// root port (the switch's upstream port), absent for a device on the
 	// root bus or on its root port's own link.
 	PCIeSwitch string `json:"pcieSwitch,omitempty"`
+	// UUID is the device's own identity where its driver gives one (an
+	// NVIDIA GPU's "GPU-..." from /proc/driver/nvidia/gpus/<addr>/information),
+	// as NVIDIA's own DRA driver publishes it.
+	UUID string `json:"uuid,omitempty"`
 }

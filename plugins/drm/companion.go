@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -158,17 +156,9 @@ func nvidiaMinor(h *sysfs.Host, addr string) (int, error) {
 // file; false when there is none or its value is not a minor below 254
 // (the driver's own nodes take 254 and 255).
 func parseDeviceMinor(b []byte) (int, bool) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		key, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok || strings.TrimSpace(key) != "Device Minor" {
-			continue
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(val))
-		if err != nil || n < 0 || n >= nvidiaModesetMinor {
-			return 0, false
-		}
-		return n, true
+	in := parseNVIDIAInfo(b)
+	if in.minor < 0 {
+		return 0, false
 	}
-	return 0, false
+	return in.minor, true
 }

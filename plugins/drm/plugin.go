@@ -37,6 +37,9 @@ type filter struct {
 	addrs   map[string]bool // nil for any (VFs then excluded)
 	// companions hands out each GPU's vendor nodes (companion_nodes "auto").
 	companions bool
+	// compute hands out NVIDIA GPUs without DRM nodes (want_device_nodes
+	// []): compute.go.
+	compute bool
 }
 
 // kindsOnly reports whether the filter picks devices by node kind alone
@@ -75,9 +78,7 @@ func (a args) validate() (filter, bool, error) {
 	if f.want == nil {
 		f.want = []string{sysfs.Primary, sysfs.Render}
 	}
-	if len(f.want) == 0 {
-		return f, false, fmt.Errorf("want_device_nodes is empty; list at least one of %q, %q, %q", sysfs.Primary, sysfs.Render, sysfs.Control)
-	}
+	f.compute = len(f.want) == 0
 	for i, k := range f.want {
 		if k != sysfs.Primary && k != sysfs.Render && k != sysfs.Control {
 			return f, false, fmt.Errorf("want_device_nodes: unknown node type %q; want %q, %q or %q", k, sysfs.Primary, sysfs.Render, sysfs.Control)
@@ -93,6 +94,9 @@ func (a args) validate() (filter, bool, error) {
 	case "", companionsAuto:
 		f.companions = true
 	case companionsNone:
+		if f.compute {
+			return f, false, fmt.Errorf("want_device_nodes [] with companion_nodes %q hands out nothing: [] asks for NVIDIA GPUs by their /dev/nvidia<minor>, a companion node", companionsNone)
+		}
 	default:
 		return f, false, fmt.Errorf("companion_nodes: %q is neither %q nor %q", a.CompanionNodes, companionsAuto, companionsNone)
 	}
@@ -121,6 +125,9 @@ type plugin struct {
 // Discover returns the usable devices, from the cache when it is fresh.
 // Each carries a live check (liveGPU) for when it is handed out.
 func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
+	if p.filter.compute {
+		return p.discoverCompute(scan)
+	}
 	facts, err := p.facts(true, scan.Rescan)
 	if err != nil {
 		return nil, err
@@ -148,6 +155,9 @@ func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 // Capacity answers INFO: the usable devices. A config that filters by
 // node kind only reads them off the cache's tally; others count the facts.
 func (p *plugin) Capacity(context.Context, *skel.Call) (int, error) {
+	if p.filter.compute {
+		return p.capacityCompute()
+	}
 	if p.filter.kindsOnly() {
 		t, err := p.tally()
 		return t.usable(p.filter.mask()), err
@@ -168,6 +178,9 @@ func (p *plugin) Capacity(context.Context, *skel.Call) (int, error) {
 }
 
 func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
+	if p.filter.compute {
+		return p.inventoryCompute()
+	}
 	facts, err := p.facts(true, false)
 	if err != nil {
 		return nil, err
@@ -194,6 +207,9 @@ func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(g.Device.Key), PCIeSwitch: pcie.Switch(g.Device.Key)}
 		if g.fact.flags&isPCI != 0 {
 			out[i].VendorID, out[i].DeviceID = g.fact.vendor, g.fact.device
+		}
+		if g.fact.flags&byNVIDIA != 0 {
+			out[i].UUID = nvidiaUUID(&p.host, g.Device.Key)
 		}
 	}
 	return append(out, p.withoutDRM(facts)...), nil
@@ -234,7 +250,11 @@ func (p *plugin) withoutDRM(facts []fact) []protocol.DeviceInfo {
 		}
 		sys, _ := p.host.Resolve(p.host.PCIDir(addr))
 		pcie := sysfs.ParsePCIe(sys)
-		out = append(out, protocol.DeviceInfo{Key: addr, Nodes: []string{}, NUMA: ft.numa, Reason: why, VendorID: ft.vendor, DeviceID: ft.device,
+		var uuid string
+		if ft.flags&byNVIDIA != 0 {
+			uuid = nvidiaUUID(&p.host, addr)
+		}
+		out = append(out, protocol.DeviceInfo{Key: addr, Nodes: []string{}, NUMA: ft.numa, Reason: why, VendorID: ft.vendor, DeviceID: ft.device, UUID: uuid,
 			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(addr), PCIeSwitch: pcie.Switch(addr)})
 	}
 	return out
@@ -243,7 +263,7 @@ func (p *plugin) withoutDRM(facts []fact) []protocol.DeviceInfo {
 // noDRM says why a display controller has no DRM device.
 func noDRM(flags uint8) string {
 	if flags&byNVIDIA != 0 {
-		return "no DRM device: load the nvidia-drm module (modprobe nvidia-drm), which makes an NVIDIA GPU's DRM nodes"
+		return "no DRM device: hand it out without DRM nodes with a config like conf/examples/compute.d/nvidia-compute.conf (want_device_nodes []), or load the nvidia-drm module (modprobe nvidia-drm), which makes an NVIDIA GPU's DRM nodes"
 	}
 	return "no DRM device: its driver made no DRM nodes"
 }

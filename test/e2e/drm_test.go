@@ -149,7 +149,7 @@ func TestDRMArgErrors(t *testing.T) {
 	for _, args := range []string{
 		`{"want_device_types":["primary"]}`,
 		`{"want_device_nodes":["primary","renderer"]}`,
-		`{"want_device_nodes":[]}`,
+		`{"want_device_nodes":[],"companion_nodes":"none"}`,
 		`{"want_device_nodes":["render","render"]}`,
 		`{"vendorid_whitelist":["10de"]}`,
 		`{"vendorid_whitelist":["0x10dex"]}`,

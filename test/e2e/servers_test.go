@@ -340,3 +340,123 @@ func TestCdictlOnDGX(t *testing.T) {
 		}
 	}
 }
+
+// computeConf is the shipped example that hands NVIDIA GPUs out without
+// DRM nodes (conf/examples/compute.d/nvidia-compute.conf), with args
+// merged in.
+func computeConf(t *testing.T, more string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../conf/examples/compute.d/nvidia-compute.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if more == "" {
+		return string(b)
+	}
+	return strings.Replace(string(b), `"want_device_nodes": []`, `"want_device_nodes": [], `+more, 1)
+}
+
+// computeNodes are the nodes of NVIDIA GPUs handed out without DRM: each
+// GPU's /dev/nvidia<minor>, then the shared nodes a host without
+// nvidia-modeset has.
+func computeNodes(minors ...int) string {
+	var out []string
+	for _, m := range minors {
+		out = append(out, fmt.Sprintf("/dev/nvidia%d", m))
+	}
+	return strings.Join(append(out, nvidiaShared[:3]...), " ")
+}
+
+// On the H200 server as seen (no nvidia-drm), the compute example hands
+// the GPU out as /dev/nvidia0 and the driver's shared nodes, and DEVICES
+// carries its UUID; the default config's reason names the example.
+func TestH200Compute(t *testing.T) {
+	conf := computeConf(t, "")
+	n := newNode(t, fixture.H200VM())
+	if got := n.run("drm", conf, "CDI_COMMAND=INFO").obj(t)["compute"]; got != float64(1) {
+		t.Fatalf("INFO: %v", got)
+	}
+	var devs struct {
+		Devices []struct {
+			Key, UUID string
+			Nodes     []string
+			Usable    bool
+		}
+	}
+	if err := json.Unmarshal([]byte(n.run("drm", conf, "CDI_COMMAND=DEVICES").stdout), &devs); err != nil || len(devs.Devices) != 1 {
+		t.Fatalf("DEVICES: %v %+v", err, devs)
+	}
+	if d := devs.Devices[0]; d.Key != "0000:00:06.0" || d.UUID != "GPU-fixture-0000:00:06.0" || !d.Usable || strings.Join(d.Nodes, " ") != computeNodes(0) {
+		t.Fatalf("DEVICES: %+v", d)
+	}
+	r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=compute:1", "CDI_REQUEST_ID=a")
+	if got := strings.Join(r.devices(t), " "); got != computeNodes(0) {
+		t.Fatalf("ADD: %s", got)
+	}
+	if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=compute:1", "CDI_REQUEST_ID=b"); r.code(t) != 103 {
+		t.Fatalf("second ADD: %s", r.stdout)
+	}
+	d := inventory(t, n.run("drm", shippedDRMConf(t), "CDI_COMMAND=DEVICES"))["0000:00:06.0"]
+	if d.Usable || !strings.Contains(d.Reason, "conf/examples/compute.d/nvidia-compute.conf") || d.HeldBy != "a" {
+		t.Fatalf("DEVICES of the default config: %+v", d)
+	}
+	if r := n.run("drm", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=a"); r.status != 0 {
+		t.Fatalf("DEL: %s", r.stdout)
+	}
+}
+
+// With nvidia-drm loaded, a GPU is one unit in drm's one store whichever
+// config hands it out: held through its DRM nodes it is not handed out
+// for compute, and the other way round. The compute config never hands
+// out DRM nodes.
+func TestComputeSharesStore(t *testing.T) {
+	h := fixture.H200VM()
+	h.GPUs[0].Card, h.GPUs[0].Render = 0, 128
+	n := newNode(t, h)
+	drm, compute := shippedDRMConf(t), computeConf(t, "")
+	if r := n.run("drm", drm, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=gfx"); r.status != 0 {
+		t.Fatalf("ADD through DRM: %s", r.stdout)
+	}
+	if got := n.run("drm", compute, "CDI_COMMAND=INFO").obj(t)["compute"]; got != float64(1) {
+		t.Fatalf("INFO (capacity, held or not): %v", got)
+	}
+	if r := n.run("drm", compute, "CDI_COMMAND=ADD", "CDI_REQUEST=compute:1", "CDI_REQUEST_ID=cuda"); r.code(t) != 103 {
+		t.Fatalf("compute ADD of a GPU held through DRM: %s", r.stdout)
+	}
+	if d := inventory(t, n.run("drm", compute, "CDI_COMMAND=DEVICES"))["0000:00:06.0"]; d.HeldBy != "gfx" {
+		t.Fatalf("compute DEVICES: %+v", d)
+	}
+	n.run("drm", drm, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=gfx")
+	r := n.run("drm", compute, "CDI_COMMAND=ADD", "CDI_REQUEST=compute:1", "CDI_REQUEST_ID=cuda")
+	if got := strings.Join(r.devices(t), " "); got != computeNodes(0) {
+		t.Fatalf("compute ADD with nvidia-drm loaded: %s", got)
+	}
+	if r := n.run("drm", drm, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=gfx"); r.code(t) != 103 {
+		t.Fatalf("DRM ADD of a GPU held for compute: %s", r.stdout)
+	}
+}
+
+// A GKE-like node: 8 GPUs without DRM, two sockets. gpu:8 comes in minor
+// order, each GPU's own node then the shared nodes once; a NUMA request
+// gets the GPUs of its socket; the default config lists all 8 unusable.
+func TestGKECompute(t *testing.T) {
+	n := newNode(t, fixture.GKEA3())
+	conf := computeConf(t, "")
+	r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=compute:2", "CDI_REQUEST_ID=a", "CDI_REQUEST_NUMA_LOCALITY=1")
+	if got := strings.Join(r.devices(t), " "); got != computeNodes(4, 5) {
+		t.Fatalf("ADD compute:2 on node 1: %s", got)
+	}
+	r = n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=compute:6", "CDI_REQUEST_ID=b")
+	if got := strings.Join(r.devices(t), " "); got != computeNodes(0, 1, 2, 3, 6, 7) {
+		t.Fatalf("ADD compute:6: %s", got)
+	}
+	devs := inventory(t, n.run("drm", shippedDRMConf(t), "CDI_COMMAND=DEVICES"))
+	if len(devs) != 8 {
+		t.Fatalf("default config's DEVICES: %v", devs)
+	}
+	for k, d := range devs {
+		if d.Usable || !strings.Contains(d.Reason, "nvidia-compute.conf") {
+			t.Errorf("%s: %+v", k, d)
+		}
+	}
+}
