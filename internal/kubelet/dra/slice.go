@@ -30,6 +30,7 @@ const (
 	attrVendorID   resourceapi.QualifiedName = "vendorId"
 	attrPCIeSwitch resourceapi.QualifiedName = "pcieSwitch" // the switch's upstream port, "0000:17:00.0"
 	attrDeviceID   resourceapi.QualifiedName = "deviceId"
+	attrUUID       resourceapi.QualifiedName = "uuid" // an NVIDIA GPU's "GPU-...", as NVIDIA's DRA driver names it
 )
 
 // refresh asks every config's plugin for its devices (the poller's
@@ -225,6 +226,9 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 	}
 	if dev.DeviceID != "" {
 		a[attrDeviceID] = str(dev.DeviceID)
+	}
+	if dev.UUID != "" {
+		a[attrUUID] = str(dev.UUID)
 	}
 	if dev.PCIeRoot != "" { // the kernel's name, "pci0000:00", is the standard's form
 		a[deviceattribute.StandardDeviceAttributePCIeRoot] = str(dev.PCIeRoot)

@@ -1,0 +1,22 @@
+package dra
+
+import (
+	"testing"
+
+	"github.com/cdi-exec/plugins/pkg/protocol"
+)
+
+// An NVIDIA GPU's UUID from DEVICES is published as the uuid attribute;
+// a device without one has none.
+func TestUUIDAttribute(t *testing.T) {
+	for _, tt := range []struct {
+		uuid string
+		want bool
+	}{{"GPU-475a5044-0000", true}, {"", false}} {
+		a := attributes(protocol.DeviceInfo{Key: "0000:00:06.0", NUMA: -1, UUID: tt.uuid})
+		got, ok := a[attrUUID]
+		if ok != tt.want || ok && (got.StringValue == nil || *got.StringValue != tt.uuid) {
+			t.Errorf("uuid %q: attribute %+v %v", tt.uuid, got, ok)
+		}
+	}
+}
