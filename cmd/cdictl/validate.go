@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/pflag"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/cdi-exec/plugins/internal/cdispec"
 	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -64,6 +67,7 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 			e := toErrorJSON(err)
 			out = append(out, finding{File: conf.File, Msg: fmt.Sprintf("plugin %s refuses it: %s", conf.Plugin, e)})
 		}
+		out = append(out, a.checkEdits(conf)...)
 	}
 	if specs {
 		_, sp, err := readSpecs(dirs)
@@ -85,4 +89,30 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 		fmt.Fprintf(a.stderr, "cdictl: %d problems\n", len(out))
 	}
 	return a.status(len(out) > 0)
+}
+
+// checkEdits checks a config's cdi_spec container_edits with the CDI
+// library's own validation (the plugins apply the same rules without
+// linking it: internal/cdispec Edits) and looks up their host paths under
+// the host root, where a missing one would keep every ADD from publishing.
+func (a *app) checkEdits(conf caller.Config) []finding {
+	var c struct {
+		Args json.RawMessage `json:"args"`
+	}
+	if json.Unmarshal(conf.Raw, &c) != nil {
+		return nil
+	}
+	spec, err := cdispec.FromArgs(c.Args)
+	if err != nil || spec == nil || spec.ContainerEdits == nil {
+		return nil // the plugin's INFO reports a cdi_spec it refuses
+	}
+	var out []finding
+	edits := spec.ContainerEdits.Spec()
+	if err := (&cdi.ContainerEdits{ContainerEdits: &edits}).Validate(); err != nil {
+		out = append(out, finding{File: conf.File, Msg: "cdi_spec container_edits: " + err.Error()})
+	}
+	if err := spec.CheckHost(a.cfg.HostRoot); err != nil {
+		out = append(out, finding{File: conf.File, Msg: err.Error()})
+	}
+	return out
 }

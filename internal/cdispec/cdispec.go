@@ -33,6 +33,9 @@ const DefaultDir = "/var/run/cdi"
 type Config struct {
 	Kind string `json:"kind"` // "<vendor>/<class>", for example "example.com/gpu"
 	Dir  string `json:"dir"`  // default DefaultDir
+	// ContainerEdits, when set, are added to the spec of every allocation
+	// made under the config (edits.go).
+	ContainerEdits *Edits `json:"container_edits,omitempty"`
 }
 
 // Parse decodes and validates a cdi_spec arg with the upstream naming
@@ -57,6 +60,9 @@ func Parse(raw json.RawMessage) (*Config, error) {
 	}
 	if !filepath.IsAbs(c.Dir) {
 		return nil, fmt.Errorf("cdi_spec: dir %q is not absolute", c.Dir)
+	}
+	if err := c.ContainerEdits.Validate(); err != nil {
+		return nil, fmt.Errorf("cdi_spec: container_edits: %w", err)
 	}
 	return &c, nil
 }
@@ -230,7 +236,7 @@ func (c *Config) content(requestID string, nodes []Node, devs []Device) ([]byte,
 		}
 		return d
 	}
-	spec := &specs.Spec{Kind: c.Kind, Devices: []specs.Device{entry(DeviceName(requestID), nodes)}}
+	spec := &specs.Spec{Kind: c.Kind, Devices: []specs.Device{entry(DeviceName(requestID), nodes)}, ContainerEdits: c.ContainerEdits.Spec()}
 	for _, d := range devs {
 		if name := KeyDeviceName(requestID, d.Key); name != "" {
 			spec.Devices = append(spec.Devices, entry(name, d.Nodes))

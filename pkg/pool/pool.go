@@ -184,12 +184,17 @@ func StrictNUMA(policy string) (bool, error) {
 	return false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy)
 }
 
-// Info counts the usable devices: the node's allocatable capacity. It does
+// Info counts the usable devices: the node's allocatable capacity, 0
+// while a container_edits mount of the cdi_spec arg is missing from the
+// host (ADD would refuse to publish it; DEVICES says why). It does
 // not open the store, but refuses, as ADD would, a store location that is
 // unsafe or an empty store file (store.Probe).
 func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
 	if _, err := store.Probe(store.Path(c.Env.StateDir, p.Name)); err != nil {
 		return nil, storeError(err)
+	}
+	if p.Spec.CheckHost(c.Env.HostRoot) != nil {
+		return map[string]int{c.Config.Type: 0}, nil // ADD would refuse to publish: DEVICES says why
 	}
 	if p.Counter != nil {
 		n, err := p.Counter.Capacity(ctx, c)
@@ -232,6 +237,13 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 	devs, err := p.Lister.Inventory(ctx, c)
 	if err != nil {
 		return nil, discoveryError(c, err)
+	}
+	if err := p.Spec.CheckHost(c.Env.HostRoot); err != nil {
+		for i := range devs {
+			if devs[i].Usable {
+				devs[i].Usable, devs[i].Reason = false, err.Error()
+			}
+		}
 	}
 	st, err := p.open(c, store.Options{ReadOnly: true})
 	if errors.Is(err, store.ErrNotExist) {

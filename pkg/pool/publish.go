@@ -24,7 +24,12 @@ func (a *adder) publish() error {
 		}
 	}
 	owner := a.pool.owner(st)
-	err := spec.Write(owner, c.RequestID, nodes, specDevices(c.Env.HostRoot, a.rec.Allocations))
+	// A container_edits mount whose host path is missing is refused, not
+	// written for the runtime to fail on (or to bind an empty directory).
+	err := spec.CheckHost(c.Env.HostRoot)
+	if err == nil {
+		err = spec.Write(owner, c.RequestID, nodes, specDevices(c.Env.HostRoot, a.rec.Allocations))
+	}
 	if err == nil {
 		a.pool.removeOrphans(st, c)
 		return nil
