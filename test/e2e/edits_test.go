@@ -1,16 +1,22 @@
 package e2e
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
 // exampleConf reads a shipped example config and points its cdi_spec at
@@ -146,5 +152,46 @@ func TestValidateContainerEdits(t *testing.T) {
 	}
 	if r := n.run("drm", conf, "CDI_COMMAND=INFO"); r.code(t) != 101 {
 		t.Fatalf("INFO: %s", r.stdout)
+	}
+}
+
+// The device-plugin mode hands the kubelet the names of the spec the
+// plugin wrote under the config's cdi_spec, so the container gets the
+// config's container_edits with the GPU: checked on the cdi-kubelet-plugin
+// binary against a fake kubelet, on the H200 server as seen.
+func TestDevicePluginContainerEdits(t *testing.T) {
+	specs := filepath.Join(t.TempDir(), "cdi")
+	n := newCtlNode(t, fixture.H200VM(), map[string]string{"cuda.d/cuda.conf": exampleConf(t, "cuda.d/nvidia-cuda.conf", specs)})
+	k := kubelettest.Start(t)
+	cmd := exec.Command(filepath.Join(binDir, "cdi-kubelet-plugin"), "device-plugin",
+		"--conf-dir", n.conf, "--kubelet-dir", k.Root, "--cdi-spec-dir", filepath.Join(t.TempDir(), "unused"), "--resource-prefix", "example.com")
+	cmd.Env = []string{"CDI_PATH=" + binDir, "CDI_STATE_DIR=" + n.state, "CDI_HOST_ROOT=" + n.root}
+	var logs kubelettest.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	var reg *api.RegisterRequest
+	select {
+	case reg = <-k.Registrations:
+	case <-time.After(time.Minute):
+		t.Fatalf("no registration within a minute:\n%s", logs.String())
+	}
+	resp, err := k.Dial(reg.Endpoint).Allocate(context.Background(), &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{"0000:00:06.0"}}}})
+	if err != nil {
+		t.Fatalf("Allocate: %v\n%s", err, logs.String())
+	}
+	cdiDevs := resp.ContainerResponses[0].CdiDevices
+	if len(cdiDevs) != 1 {
+		t.Fatalf("CDI devices %v", cdiDevs)
+	}
+	spec := injected(t, specs, cdiDevs[0].Name)
+	if len(spec.Linux.Devices) != 4 || spec.Linux.Devices[0].Path != "/dev/nvidia0" || len(spec.Mounts) != 1 || spec.Mounts[0].Source != "/usr/local/nvidia" ||
+		!slices.Contains(spec.Process.Env, "LD_LIBRARY_PATH=/usr/local/nvidia/lib64") {
+		t.Fatalf("container of %s: devices %+v mounts %+v env %v", cdiDevs[0].Name, spec.Linux.Devices, spec.Mounts, spec.Process.Env)
 	}
 }
