@@ -86,6 +86,66 @@ func TestPodmanInjectsAllocatedTTYs(t *testing.T) {
 	}
 }
 
+// TestPodmanContainerEdits: a config's container_edits reach a real
+// container through the spec the plugin writes. generic-tty hands out a
+// harmless tty (the numbers of /dev/null) with a cdi_spec whose edits
+// mount a host directory read-only and set an environment variable; the
+// busybox container sees the device, the file in the mount and the
+// variable, and cannot write to the mount.
+//
+// The mount's host path is a real temporary directory, since podman
+// mounts it from the host, and the same path exists under the fixture's
+// host root, where the plugin looks host paths up.
+func TestPodmanContainerEdits(t *testing.T) {
+	pm := newPodman(t)
+	n := newNode(t, fixture.Host{TTYs: map[string]int{"tty": 14}})
+	p := filepath.Join(n.root, "dev", "tty13")
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(p, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	sys := filepath.Join(n.root, "sys/class/tty/tty13")
+	if err := os.WriteFile(filepath.Join(sys, "dev"), []byte("1:3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sys, "uevent"), []byte("MAJOR=1\nMINOR=3\nDEVNAME=tty13\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	driver := filepath.Join(pm.dir, "driver")
+	for _, d := range []string{driver, filepath.Join(n.root, driver)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(driver, "libfake.so.1"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("e2eedits%d", os.Getpid())
+	kind := fmt.Sprintf("e2e%d.cdi-exec.test/tty", os.Getpid())
+	conf := `{"cdiVersion":"0.0.2","name":"vt","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12,` +
+		`"cdi_spec":{"kind":"` + kind + `","dir":"` + pm.specs + `","container_edits":{` +
+		`"env":["CDI_EDITS_TEST=from-the-config","LD_LIBRARY_PATH=/opt/driver"],` +
+		`"mounts":[{"hostPath":"` + driver + `","containerPath":"/opt/driver","options":["ro","nosuid","nodev","bind"]}]}}}}`
+	t.Cleanup(func() { n.run("generic-tty", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID="+id) })
+	r := n.run("generic-tty", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=tty:1", "CDI_REQUEST_ID="+id)
+	if r.status != 0 {
+		t.Fatalf("ADD: %s", r.stdout)
+	}
+	name := kind + "=" + id
+	out, err := pm.run("--device", name, "/bin/sh", "-c",
+		`stat -c '%n %t:%T' /dev/tty13; cat /opt/driver/libfake.so.1; echo "$CDI_EDITS_TEST $LD_LIBRARY_PATH"; touch /opt/driver/x 2>/dev/null && echo writable || echo read-only`)
+	if err != nil {
+		t.Fatalf("podman run --device %s: %v\n%s", name, err, out)
+	}
+	t.Logf("inside the container:\n%s", out)
+	want := "/dev/tty13 1:3\nfrom the host\nfrom-the-config /opt/driver\nread-only"
+	if got := strings.TrimSpace(out); got != want {
+		t.Fatalf("inside the container:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 // podmanEnv is a podman kept entirely in a temporary directory.
 type podmanEnv struct {
 	t      *testing.T
