@@ -195,9 +195,31 @@ func (a *adder) result() *skel.AddResult {
 
 // nodes returns what an allocation hands out now. A replayed device's
 // node names are read again from the host, as they may have moved since
-// the record was made; a device that has gone keeps its recorded ones.
+// the record was made; a device that has gone keeps its recorded ones. An
+// allocation with shared nodes (arrange) is read again only when every
+// one of its devices is present and passes its check, and is then
+// arranged again; else, and for a plugin's Handout, it answers the
+// recorded list.
 func (a *adder) nodes(h answer) []string {
 	if h.Nodes != nil {
+		if h.fresh || a.pool.Setup != nil {
+			return h.Nodes
+		}
+		all := make([][]string, len(h.Devices))
+		for i, d := range h.Devices {
+			now, ok := a.present[d.Key]
+			if !ok {
+				return h.Nodes
+			}
+			resolved, err := now.nodes()
+			if err != nil {
+				return h.Nodes
+			}
+			all[i] = slices.Clone(resolved)
+		}
+		if out := a.pool.arrange(all); out != nil {
+			return out
+		}
 		return h.Nodes
 	}
 	var out []string

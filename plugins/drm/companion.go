@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cdi-exec/plugins/internal/sysfs"
+	"github.com/cdi-exec/plugins/internal/vfio"
 )
 
 // Companion nodes: the vendor nodes that compute needs besides a GPU's DRM
@@ -24,7 +25,8 @@ const (
 )
 
 // Shared companion nodes, in handout order: after every GPU's own nodes,
-// each once (pool.Pool.Shared).
+// each once (pool.Pool.Shared). VFIO mode's container and iommufd nodes
+// are shared the same way.
 const (
 	kfd           = "kfd"
 	nvidiaCtl     = "nvidiactl"
@@ -33,7 +35,7 @@ const (
 	nvidiaModeset = "nvidia-modeset"
 )
 
-var sharedNodes = []string{"/dev/" + kfd, "/dev/" + nvidiaCtl, "/dev/" + nvidiaUVM, "/dev/" + nvidiaTools, "/dev/" + nvidiaModeset}
+var sharedNodes = []string{"/dev/" + kfd, "/dev/" + nvidiaCtl, "/dev/" + nvidiaUVM, "/dev/" + nvidiaTools, "/dev/" + nvidiaModeset, vfio.Container, vfio.IOMMU}
 
 // The NVIDIA driver's fixed minors on its frontend major (195).
 const (

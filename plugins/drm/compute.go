@@ -188,12 +188,6 @@ func (p *plugin) discoverCompute(scan pool.Scan) ([]pool.Device, error) {
 	return out, nil
 }
 
-// capacityCompute is Capacity in compute mode.
-func (p *plugin) capacityCompute() (int, error) {
-	devs, err := p.discoverCompute(pool.Scan{})
-	return len(devs), err
-}
-
 // inventoryCompute is Inventory in compute mode: every GPU the NVIDIA
 // driver lists, with its UUID.
 func (p *plugin) inventoryCompute() ([]protocol.DeviceInfo, error) {

@@ -31,6 +31,7 @@ const (
 	hasVFs               // an SR-IOV PF with VFs enabled
 	byAMD                // bound to amdgpu (read by a full scan)
 	byNVIDIA             // bound to nvidia (read by a full scan)
+	byVFIO               // bound to vfio-pci (read by a full scan)
 )
 
 // minor is one DRM node of a device.
@@ -134,6 +135,8 @@ func (f *fact) readPCI(dir *sysfs.Dir, full bool) {
 			f.flags |= byAMD
 		case "nvidia":
 			f.flags |= byNVIDIA
+		case "vfio-pci":
+			f.flags |= byVFIO
 		}
 	}
 }

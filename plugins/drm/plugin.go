@@ -40,6 +40,9 @@ type filter struct {
 	// compute hands out NVIDIA GPUs without DRM nodes (want_device_nodes
 	// []): compute.go.
 	compute bool
+	// vfio, "vfio" or "iommufd", hands out GPUs bound to vfio-pci with
+	// their IOMMU group: vfio.go.
+	vfio string
 }
 
 // kindsOnly reports whether the filter picks devices by node kind alone
@@ -79,9 +82,15 @@ func (a args) validate() (filter, bool, error) {
 		f.want = []string{sysfs.Primary, sysfs.Render}
 	}
 	f.compute = len(f.want) == 0
+	if slices.Contains(f.want, vfioGroup) || slices.Contains(f.want, vfioIOMMUFD) {
+		if len(f.want) != 1 {
+			return f, false, fmt.Errorf("want_device_nodes: %q and %q hand out a GPU bound to vfio-pci by its IOMMU group, and stand alone; got %q", vfioGroup, vfioIOMMUFD, f.want)
+		}
+		f.vfio, f.want = f.want[0], nil
+	}
 	for i, k := range f.want {
 		if k != sysfs.Primary && k != sysfs.Render && k != sysfs.Control {
-			return f, false, fmt.Errorf("want_device_nodes: unknown node type %q; want %q, %q or %q", k, sysfs.Primary, sysfs.Render, sysfs.Control)
+			return f, false, fmt.Errorf("want_device_nodes: unknown node type %q; want %q, %q or %q, or alone %q or %q", k, sysfs.Primary, sysfs.Render, sysfs.Control, vfioGroup, vfioIOMMUFD)
 		}
 		if slices.Contains(f.want[:i], k) {
 			return f, false, fmt.Errorf("want_device_nodes: %q listed twice", k)
@@ -92,7 +101,7 @@ func (a args) validate() (filter, bool, error) {
 	}
 	switch a.CompanionNodes {
 	case "", companionsAuto:
-		f.companions = true
+		f.companions = f.vfio == "" // a VM's GPU brings no host driver's nodes
 	case companionsNone:
 		if f.compute {
 			return f, false, fmt.Errorf("want_device_nodes [] with companion_nodes %q hands out nothing: [] asks for NVIDIA GPUs by their /dev/nvidia<minor>, a companion node", companionsNone)
@@ -128,6 +137,9 @@ func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 	if p.filter.compute {
 		return p.discoverCompute(scan)
 	}
+	if p.filter.vfio != "" {
+		return p.discoverVFIO(scan)
+	}
 	facts, err := p.facts(true, scan.Rescan)
 	if err != nil {
 		return nil, err
@@ -155,8 +167,9 @@ func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 // Capacity answers INFO: the usable devices. A config that filters by
 // node kind only reads them off the cache's tally; others count the facts.
 func (p *plugin) Capacity(context.Context, *skel.Call) (int, error) {
-	if p.filter.compute {
-		return p.capacityCompute()
+	if p.filter.compute || p.filter.vfio != "" {
+		devs, err := p.Discover(context.Background(), nil, pool.Scan{})
+		return len(devs), err
 	}
 	if p.filter.kindsOnly() {
 		t, err := p.tally()
@@ -180,6 +193,9 @@ func (p *plugin) Capacity(context.Context, *skel.Call) (int, error) {
 func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
 	if p.filter.compute {
 		return p.inventoryCompute()
+	}
+	if p.filter.vfio != "" {
+		return p.inventoryVFIO()
 	}
 	facts, err := p.facts(true, false)
 	if err != nil {
@@ -262,6 +278,9 @@ func (p *plugin) withoutDRM(facts []fact) []protocol.DeviceInfo {
 
 // noDRM says why a display controller has no DRM device.
 func noDRM(flags uint8) string {
+	if flags&byVFIO != 0 {
+		return "no DRM device: bound to vfio-pci, for a VM; hand it out whole with a config like conf/examples/pgpu.d/pgpu.conf (want_device_nodes [\"vfio\"])"
+	}
 	if flags&byNVIDIA != 0 {
 		return "no DRM device: hand it out without DRM nodes with a config like conf/examples/compute.d/nvidia-compute.conf (want_device_nodes []), or load the nvidia-drm module (modprobe nvidia-drm), which makes an NVIDIA GPU's DRM nodes"
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/internal/sysfs"
+	"github.com/cdi-exec/plugins/internal/vfio"
 	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -90,7 +91,7 @@ func (p *plugin) vfio(addrs []string) ([]string, error) {
 		if err != nil {
 			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: %w", a, err)
 		}
-		group, drv := d.LinkBase("iommu_group"), d.LinkBase("driver")
+		group, drv := vfio.GroupOf(d), d.LinkBase("driver")
 		d.Close()
 		if group == "" {
 			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s has no IOMMU group (is the IOMMU enabled?)", a)
@@ -98,7 +99,7 @@ func (p *plugin) vfio(addrs []string) ([]string, error) {
 		if drv != p.wantDriver() {
 			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s is bound to %q, not %s", a, drv, p.wantDriver())
 		}
-		node := p.groupNode(group)
+		node := vfio.GroupNode(p.host, group)
 		if node == "" {
 			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: no /dev/vfio/%s; is it bound to vfio-pci?", a, group)
 		}
@@ -107,9 +108,9 @@ func (p *plugin) vfio(addrs []string) ([]string, error) {
 		}
 	}
 	if !p.host.NodeExists("vfio/vfio") {
-		return nil, protocol.Errorf(protocol.CodeSetup, "/dev/vfio/vfio does not exist (is vfio loaded?)")
+		return nil, protocol.Errorf(protocol.CodeSetup, "%s does not exist (is vfio loaded?)", vfio.Container)
 	}
-	return append(nodes, "/dev/vfio/vfio"), nil
+	return append(nodes, vfio.Container), nil
 }
 
 // delegateConfig is the config the delegate gets: its args plus the VFs in

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cdi-exec/plugins/internal/sysfs"
+	"github.com/cdi-exec/plugins/internal/vfio"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 )
@@ -40,7 +41,7 @@ func (p *plugin) wantDriver() string {
 	if p.vfDriver != "" {
 		return p.vfDriver
 	}
-	return "vfio-pci"
+	return vfio.Driver
 }
 
 // judge returns a VF's IOMMU group and why it cannot be handed out ("" when
@@ -48,7 +49,7 @@ func (p *plugin) wantDriver() string {
 // out as its VFIO group, so it must be bound to vfio-pci, as its driver
 // link says; with vf_driver set, ADD binds it first.
 func (p *plugin) judge(d *sysfs.Dir) (group, reason string) {
-	group = d.LinkBase("iommu_group")
+	group = vfio.GroupOf(d)
 	switch drv := d.LinkBase("driver"); {
 	case p.delegate != nil:
 		return group, ""
@@ -58,22 +59,12 @@ func (p *plugin) judge(d *sysfs.Dir) (group, reason string) {
 		return group, ""
 	case drv == "":
 		return group, "bound to no driver, not vfio-pci (bind it to vfio-pci, or set vf_driver)"
-	case drv != "vfio-pci":
+	case drv != vfio.Driver:
 		return group, fmt.Sprintf("bound to %s, not vfio-pci (bind it to vfio-pci, or set vf_driver)", drv)
-	case p.groupNode(group) == "":
+	case vfio.GroupNode(p.host, group) == "":
 		return group, fmt.Sprintf("bound to vfio-pci but /dev/vfio/%s does not exist", group)
 	}
 	return group, ""
-}
-
-// groupNode returns the container path of a VFIO group's node, or "".
-func (p *plugin) groupNode(group string) string {
-	for _, name := range []string{"vfio/" + group, "vfio/noiommu-" + group} {
-		if p.host.NodeExists(name) {
-			return "/dev/" + name
-		}
-	}
-	return ""
 }
 
 // Inventory answers DEVICES: every VF of the selected PFs with whether it

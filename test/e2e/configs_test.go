@@ -79,7 +79,7 @@ func TestExampleConfigsAreValid(t *testing.T) {
 	var caps map[string]any
 	r := n.ctl("info")
 	r.json(t, &caps)
-	want := map[string]any{"cdiVersion": "0.0.2", "gpu": float64(0), "vgpu": float64(0), "vfio": float64(0), "serial": float64(3), "compute": float64(0), "cuda": float64(0), "cudadistro": float64(0)}
+	want := map[string]any{"cdiVersion": "0.0.2", "gpu": float64(0), "vgpu": float64(0), "vfio": float64(0), "serial": float64(3), "compute": float64(0), "cuda": float64(0), "cudadistro": float64(0), "pgpu": float64(0)}
 	if r.status != 0 || r.stderr != "" || !reflect.DeepEqual(caps, want) {
 		t.Fatalf("info: %d %s %s", r.status, r.stdout, r.stderr)
 	}

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cdi-exec/plugins/test/fixture"
+)
+
+// pgpuConf is the shipped example for GPUs bound to vfio-pci
+// (conf/examples/pgpu.d/pgpu.conf) with its want_device_nodes set to want
+// and its spec written to dir.
+func pgpuConf(t *testing.T, want, dir string) string {
+	t.Helper()
+	return strings.Replace(exampleConf(t, "pgpu.d/pgpu.conf", dir), `"want_device_nodes": ["vfio"]`, `"want_device_nodes": ["`+want+`"]`, 1)
+}
+
+// On the VFIO host, whole GPUs go with their IOMMU groups: a group with a
+// function left to a host driver is unusable and says why; the GPU and
+// audio function that share a group are one unit; the container node
+// comes once, after every group; a NUMA request gets its socket's GPU;
+// the spec carries the nodes. The default DRM config lists these GPUs as
+// unusable, naming the example.
+func TestVFIOGroups(t *testing.T) {
+	n := newNode(t, fixture.VFIOHost())
+	dir := filepath.Join(t.TempDir(), "cdi")
+	conf := pgpuConf(t, "vfio", dir)
+	if got := n.run("drm", conf, "CDI_COMMAND=INFO").obj(t)["pgpu"]; got != float64(3) {
+		t.Fatalf("INFO: %v", got)
+	}
+	devs := inventory(t, n.run("drm", conf, "CDI_COMMAND=DEVICES"))
+	if d := devs["0000:ab:00.0"]; d.Usable || d.Reason != "IOMMU group 71: 0000:ab:00.1 is bound to snd_hda_intel, not vfio-pci (bind every function of the group to vfio-pci)" {
+		t.Fatalf("the group with a host driver: %+v", d)
+	}
+	if len(devs) != 4 || devs["0000:9a:00.1"].Key != "" {
+		t.Fatalf("DEVICES lists the display functions only: %v", devs)
+	}
+	r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm1", "CDI_REQUEST_NUMA_LOCALITY=1")
+	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/60 /dev/vfio/vfio" {
+		t.Fatalf("ADD pgpu:1 on node 1: %s", got)
+	}
+	r = n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:2", "CDI_REQUEST_ID=vm2")
+	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/20 /dev/vfio/31 /dev/vfio/vfio" {
+		t.Fatalf("ADD pgpu:2: %s", got)
+	}
+	if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm3"); r.code(t) != 103 {
+		t.Fatalf("ADD beyond the usable groups: %s", r.stdout)
+	}
+	if got := specEntries(t, dir); got["vm2"] != "/dev/vfio/20 /dev/vfio/31 /dev/vfio/vfio" || got["vm2_0000:18:00.0"] != "/dev/vfio/20 /dev/vfio/vfio" {
+		t.Fatalf("spec entries: %v", got)
+	}
+	d := inventory(t, n.run("drm", shippedDRMConf(t), "CDI_COMMAND=DEVICES"))["0000:18:00.0"]
+	if d.Usable || !strings.Contains(d.Reason, "conf/examples/pgpu.d/pgpu.conf") || d.HeldBy != "vm2" {
+		t.Fatalf("the default config's DEVICES: %+v", d)
+	}
+}
+
+// With iommufd, a GPU goes as the VFIO device file of each function of
+// its group, then /dev/iommu once; a kernel without iommufd is a reason.
+func TestVFIOIOMMUFD(t *testing.T) {
+	n := newNode(t, fixture.VFIOHost())
+	conf := pgpuConf(t, "iommufd", filepath.Join(t.TempDir(), "cdi"))
+	r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:3", "CDI_REQUEST_ID=vm1")
+	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/devices/vfio0 /dev/vfio/devices/vfio1 /dev/vfio/devices/vfio2 /dev/vfio/devices/vfio3 /dev/iommu" {
+		t.Fatalf("ADD pgpu:3: %s", got)
+	}
+	h := fixture.VFIOHost()
+	h.IOMMUFD = false
+	n = newNode(t, h)
+	d := inventory(t, n.run("drm", conf, "CDI_COMMAND=DEVICES"))["0000:18:00.0"]
+	if d.Usable || !strings.Contains(d.Reason, "/dev/iommu does not exist") {
+		t.Fatalf("without iommufd: %+v", d)
+	}
+}
+
+// IOMMU group numbers are the kernel's to give: after a reboot that
+// renumbers them, a replayed ADD answers the GPU's new group node, and
+// the key (the PCI address) keeps the holder.
+func TestVFIORenumbering(t *testing.T) {
+	h := fixture.VFIOHost()
+	n := newNode(t, h)
+	conf := pgpuConf(t, "vfio", filepath.Join(t.TempDir(), "cdi"))
+	r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm1", "CDI_REQUEST_NUMA_LOCALITY=1")
+	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/60 /dev/vfio/vfio" {
+		t.Fatalf("ADD: %s", got)
+	}
+	if err := os.RemoveAll(n.root); err != nil {
+		t.Fatal(err)
+	}
+	for i := range h.GPUs {
+		if g := h.GPUs[i].IOMMUGroup; g != nil {
+			h.GPUs[i].IOMMUGroup = fixture.Int(*g + 100)
+		}
+	}
+	if err := h.Build(n.root); err != nil {
+		t.Fatal(err)
+	}
+	r = n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm1", "CDI_REQUEST_NUMA_LOCALITY=1")
+	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/160 /dev/vfio/vfio" {
+		t.Fatalf("replay after renumbering: %s", got)
+	}
+	if d := inventory(t, n.run("drm", conf, "CDI_COMMAND=DEVICES"))["0000:9a:00.0"]; d.HeldBy != "vm1" {
+		t.Fatalf("holder after renumbering: %+v", d)
+	}
+	// A group whose node is gone is not handed out.
+	if err := os.Remove(filepath.Join(n.root, "dev/vfio/131")); err != nil {
+		t.Fatal(err)
+	}
+	r = n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm2", "CDI_REQUEST_NUMA_LOCALITY=0")
+	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/120 /dev/vfio/vfio" {
+		t.Fatalf("ADD with group 131's node gone: %s", got)
+	}
+}
+
+// specEntries reads the one spec file in dir: each CDI device's node
+// paths, by name.
+func specEntries(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("spec files: %v %v", files, err)
+	}
+	got := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec struct {
+			Devices []struct {
+				Name           string
+				ContainerEdits struct {
+					DeviceNodes []struct{ Path string } `json:"deviceNodes"`
+				} `json:"containerEdits"`
+			} `json:"devices"`
+		}
+		if err := json.Unmarshal(b, &spec); err != nil {
+			t.Fatalf("spec %s: %v", f, err)
+		}
+		for _, d := range spec.Devices {
+			var paths []string
+			for _, n := range d.ContainerEdits.DeviceNodes {
+				paths = append(paths, n.Path)
+			}
+			got[d.Name] = strings.Join(paths, " ")
+		}
+	}
+	return got
+}
