@@ -150,3 +150,49 @@ func specEntries(t *testing.T, dir string) map[string]string {
 	}
 	return got
 }
+
+// cdictl on the new server hosts, with the shipped examples: add gives
+// the nodes in the protocol's order, devices shows every GPU with its
+// reason or holder, and the DEVICES answers are golden.
+func TestCdictlOnGPUServerHosts(t *testing.T) {
+	for _, tt := range []struct {
+		name, conf, rel, req, want, golden string
+		host                               fixture.Host
+	}{
+		{"h200-vm", "compute.d/nvidia-compute.conf", "compute.d/c.conf", "compute:1", computeNodes(0), "h200_compute_devices", fixture.H200VM()},
+		{"gke-a3", "compute.d/nvidia-compute.conf", "compute.d/c.conf", "compute:8", computeNodes(0, 1, 2, 3, 4, 5, 6, 7), "", fixture.GKEA3()},
+		{"vfio-host", "pgpu.d/pgpu.conf", "pgpu.d/p.conf", "pgpu:3", "/dev/vfio/20 /dev/vfio/31 /dev/vfio/60 /dev/vfio/vfio", "vfio_pgpu_devices", fixture.VFIOHost()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "cdi")
+			b, err := os.ReadFile(filepath.Join("../../conf/examples", tt.conf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf := string(b)
+			if strings.Contains(conf, `"kind"`) {
+				conf = exampleConf(t, tt.conf, dir)
+			}
+			n := newCtlNode(t, tt.host, map[string]string{tt.rel: conf})
+			if tt.golden != "" {
+				golden(t, tt.golden, n.run("drm", conf, "CDI_COMMAND=DEVICES"))
+			}
+			var add struct{ Devices []string }
+			r := n.ctl("add", "--id", "pod", tt.req)
+			r.json(t, &add)
+			if r.status != 0 || strings.Join(add.Devices, " ") != tt.want {
+				t.Fatalf("add: %d %s %s", r.status, r.stdout, r.stderr)
+			}
+			dev := n.ctl("devices", "-o", "table")
+			if dev.status != 0 || !strings.Contains(dev.stdout, "held by pod") {
+				t.Fatalf("devices: %d %s %s", dev.status, dev.stdout, dev.stderr)
+			}
+			if tt.name == "vfio-host" && !strings.Contains(dev.stdout, "unusable: IOMMU group 71") {
+				t.Fatalf("devices: %s", dev.stdout)
+			}
+			if r := n.ctl("del", "--id", "pod"); r.status != 0 {
+				t.Fatalf("del: %s %s", r.stdout, r.stderr)
+			}
+		})
+	}
+}
