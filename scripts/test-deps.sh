@@ -6,6 +6,8 @@
 #   etcd-server                                 make e2e-cluster's etcd
 #   dpkg                                        make test-deb
 #   git, make                                   the version and install tests
+#   gcc                                         test/e2e's dry run of
+#                                               scripts/gpu-container-check.sh
 #
 # Only packages whose command is missing are installed. apt-get's output
 # and errors are shown, and the script fails when a package cannot be
@@ -14,7 +16,7 @@
 set -euo pipefail
 
 # package:command pairs; the command proves the package is there.
-PAIRS="podman:podman runc:runc busybox-static:busybox util-linux:unshare etcd-server:etcd dpkg:dpkg-deb git:git make:make"
+PAIRS="podman:podman runc:runc busybox-static:busybox util-linux:unshare etcd-server:etcd dpkg:dpkg-deb git:git make:make gcc:gcc"
 
 log() { echo "test-deps: $*" >&2; }
 
