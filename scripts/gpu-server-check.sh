@@ -33,6 +33,15 @@ echo '{"cdiVersion":"0.0.2","name":"p","type":"gpu","plugin":"drm","args":{"want
 CDI_COMMAND=DEVICES bin/drm < $S/primary.conf; echo "exit $?"
 CDI_COMMAND=ADD CDI_REQUEST=gpu:1 CDI_REQUEST_ID=probe2 bin/drm < $S/primary.conf; echo "exit $?"
 CDI_COMMAND=DEL CDI_REQUEST_ID=probe2 bin/drm < $S/primary.conf; echo "exit $?"
+# Compute mode: the GPUs without DRM nodes, and the GKE layout's edits.
+CDI_COMMAND=INFO bin/drm < conf/examples/compute.d/nvidia-compute.conf; echo "exit $?"
+CDI_COMMAND=DEVICES bin/drm < conf/examples/compute.d/nvidia-compute.conf; echo "exit $?"
+CDI_COMMAND=ADD CDI_REQUEST=compute:1 CDI_REQUEST_ID=probe3 bin/drm < conf/examples/compute.d/nvidia-compute.conf; echo "exit $?"
+CDI_COMMAND=DEL CDI_REQUEST_ID=probe3 bin/drm < conf/examples/compute.d/nvidia-compute.conf; echo "exit $?"
+ls -lR /usr/local/nvidia | head -60
+ls -l /lib/x86_64-linux-gnu/libcuda.so* /lib/x86_64-linux-gnu/libnvidia-ml.so* /usr/bin/nvidia-smi
+ls -l /dev/vfio /dev/iommu /sys/kernel/iommu_groups 2>&1 | head -20
+CDI_COMMAND=DEVICES bin/drm < conf/examples/pgpu.d/pgpu.conf; echo "exit $?"
 lspci -tv 2>&1 | head -80
 lspci -nn 2>&1 | grep -iE 'vga|3d|display|nvidia|aspeed|matrox' 
 for a in $(ls /proc/driver/nvidia/gpus 2>/dev/null); do readlink -f /sys/bus/pci/devices/$a; done
