@@ -101,3 +101,20 @@ func FuzzDeviceMinor(f *testing.F) {
 		}
 	})
 }
+
+func TestParseNVIDIAInfo(t *testing.T) {
+	for _, tt := range []struct {
+		in    string
+		minor int
+		uuid  string
+	}{
+		{"Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-475a5044-0000-1111-2222-333344445555\nBus Location: \t 0000:00:06.0\nDevice Minor: \t 0\n", 0, "GPU-475a5044-0000-1111-2222-333344445555"},
+		{"Device Minor: 3\nDevice Minor: 4\n", 3, ""},
+		{"Device Minor: x\nGPU UUID: GPU-a\n", -1, "GPU-a"},
+		{"", -1, ""},
+	} {
+		if got := parseNVIDIAInfo([]byte(tt.in)); got.minor != tt.minor || got.uuid != tt.uuid {
+			t.Errorf("parseNVIDIAInfo(%q) = %+v", tt.in, got)
+		}
+	}
+}
