@@ -193,45 +193,58 @@ func (a *adder) result() *skel.AddResult {
 	return res
 }
 
-// nodes returns what an allocation hands out now. A replayed device's
-// node names are read again from the host, as they may have moved since
-// the record was made; a device that has gone keeps its recorded ones. An
+// nodes returns what an allocation hands out now (current).
+func (a *adder) nodes(h answer) []string {
+	if h.fresh {
+		return h.HandedOut()
+	}
+	cur := a.current(h.Allocation)
+	return cur.HandedOut()
+}
+
+// current returns a replayed allocation with its nodes as they are now:
+// a device's node names are read again from the host, as they may have
+// moved since the record was made (renumbered DRM minors, a renumbered
+// IOMMU group); a device that has gone keeps its recorded ones. An
 // allocation with shared nodes (arrange) is read again only when every
 // one of its devices is present and passes its check, and is then
-// arranged again; else, and for a plugin's Handout, it answers the
-// recorded list.
-func (a *adder) nodes(h answer) []string {
-	if h.Nodes != nil {
-		if h.fresh || a.pool.Setup != nil {
-			return h.Nodes
-		}
-		all := make([][]string, len(h.Devices))
-		for i, d := range h.Devices {
-			now, ok := a.present[d.Key]
-			if !ok {
-				return h.Nodes
-			}
-			resolved, err := now.nodes()
-			if err != nil {
-				return h.Nodes
-			}
-			all[i] = slices.Clone(resolved)
-		}
-		if out := a.pool.arrange(all); out != nil {
-			return out
-		}
-		return h.Nodes
+// arranged again; else, and for a plugin's Handout, it stays as recorded.
+// The ADD's answer and the spec it publishes both come from it.
+func (a *adder) current(al store.Allocation) store.Allocation {
+	replayed := slices.ContainsFunc(a.held, func(h answer) bool { return !h.fresh && h.Spec == al.Spec })
+	if !replayed || a.pool.Setup != nil {
+		return al
 	}
-	var out []string
-	for _, d := range h.Devices {
-		nodes := d.Nodes
-		if now, ok := a.present[d.Key]; ok && !h.fresh {
-			// Node names may have moved since the record was made.
-			if resolved, err := now.nodes(); err == nil {
-				nodes = resolved
+	out := al
+	out.Devices = slices.Clone(al.Devices)
+	all := make([][]string, len(al.Devices))
+	for i, d := range al.Devices {
+		all[i] = d.Nodes
+		now, ok := a.present[d.Key]
+		if !ok {
+			if al.Nodes != nil {
+				return al
 			}
+			continue
 		}
-		out = append(out, nodes...)
+		resolved, err := now.nodes()
+		if err != nil {
+			if al.Nodes != nil {
+				return al
+			}
+			continue
+		}
+		all[i] = slices.Clone(resolved)
+	}
+	if al.Nodes != nil {
+		arranged := a.pool.arrange(all)
+		if arranged == nil {
+			return al
+		}
+		out.Nodes = arranged
+	}
+	for i := range out.Devices {
+		out.Devices[i].Nodes = all[i]
 	}
 	return out
 }

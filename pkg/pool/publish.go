@@ -17,8 +17,12 @@ import (
 // allocations this call made are taken back and their setup undone.
 func (a *adder) publish() error {
 	spec, c, st := a.pool.Spec, a.call, a.st
+	allocs := make([]store.Allocation, len(a.rec.Allocations))
+	for i, al := range a.rec.Allocations {
+		allocs[i] = a.current(al) // a replay publishes the nodes it answers
+	}
 	var nodes []cdispec.Node
-	for _, al := range a.rec.Allocations {
+	for _, al := range allocs {
 		for _, path := range al.HandedOut() {
 			nodes = append(nodes, cdispec.Stat(c.Env.HostRoot, path))
 		}
@@ -28,7 +32,7 @@ func (a *adder) publish() error {
 	// written for the runtime to fail on (or to bind an empty directory).
 	err := spec.CheckHost(c.Env.HostRoot)
 	if err == nil {
-		err = spec.Write(owner, c.RequestID, nodes, specDevices(c.Env.HostRoot, a.rec.Allocations))
+		err = spec.Write(owner, c.RequestID, nodes, specDevices(c.Env.HostRoot, allocs))
 	}
 	if err == nil {
 		a.pool.removeOrphans(st, c)

@@ -77,12 +77,13 @@ func TestVFIOIOMMUFD(t *testing.T) {
 }
 
 // IOMMU group numbers are the kernel's to give: after a reboot that
-// renumbers them, a replayed ADD answers the GPU's new group node, and
-// the key (the PCI address) keeps the holder.
+// renumbers them, a replayed ADD answers and publishes the GPU's new group
+// node, and the key (the PCI address) keeps the holder.
 func TestVFIORenumbering(t *testing.T) {
 	h := fixture.VFIOHost()
 	n := newNode(t, h)
-	conf := pgpuConf(t, "vfio", filepath.Join(t.TempDir(), "cdi"))
+	dir := filepath.Join(t.TempDir(), "cdi")
+	conf := pgpuConf(t, "vfio", dir)
 	r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm1", "CDI_REQUEST_NUMA_LOCALITY=1")
 	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/60 /dev/vfio/vfio" {
 		t.Fatalf("ADD: %s", got)
@@ -101,6 +102,10 @@ func TestVFIORenumbering(t *testing.T) {
 	r = n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm1", "CDI_REQUEST_NUMA_LOCALITY=1")
 	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/160 /dev/vfio/vfio" {
 		t.Fatalf("replay after renumbering: %s", got)
+	}
+	// The spec the replay rewrites names the new group too.
+	if got := specEntries(t, dir); got["vm1"] != "/dev/vfio/160 /dev/vfio/vfio" || got["vm1_0000:9a:00.0"] != "/dev/vfio/160 /dev/vfio/vfio" {
+		t.Fatalf("spec after the replay: %v", got)
 	}
 	if d := inventory(t, n.run("drm", conf, "CDI_COMMAND=DEVICES"))["0000:9a:00.0"]; d.HeldBy != "vm1" {
 		t.Fatalf("holder after renumbering: %+v", d)
