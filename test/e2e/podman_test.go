@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -242,14 +243,28 @@ func (pm *podmanEnv) removeCgroups() {
 		subs, _ := filepath.Glob(filepath.Join(d, "*"))
 		for _, s := range subs {
 			if fi, err := os.Stat(s); err == nil && fi.IsDir() {
-				if err := os.Remove(s); err != nil {
+				if err := removeCgroup(s); err != nil {
 					pm.t.Errorf("removing cgroup %s: %v", s, err)
 				}
 			}
 		}
-		if err := os.Remove(d); err != nil {
+		if err := removeCgroup(d); err != nil {
 			pm.t.Errorf("removing cgroup %s: %v", d, err)
 		}
+	}
+}
+
+// removeCgroup removes a cgroup directory, waiting up to 5 s while it is
+// busy: conmon's cgroup empties a moment after podman returns, as conmon
+// exits after the container.
+func removeCgroup(dir string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := os.Remove(dir)
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
