@@ -165,10 +165,11 @@ func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 }
 
 // Capacity answers INFO: the usable devices. A config that filters by
-// node kind only reads them off the cache's tally; others count the facts.
-func (p *plugin) Capacity(context.Context, *skel.Call) (int, error) {
-	if p.filter.compute || p.filter.vfio != "" {
-		devs, err := p.Discover(context.Background(), nil, pool.Scan{})
+// node kind only reads them off the cache's tally; others count the facts;
+// the compute and VFIO modes discover.
+func (p *plugin) Capacity(ctx context.Context, c *skel.Call) (int, error) {
+	if p.filter.compute || p.filter.vfio != "" { // no cache: count what ADD would find
+		devs, err := p.Discover(ctx, c, pool.Scan{})
 		return len(devs), err
 	}
 	if p.filter.kindsOnly() {
