@@ -3,7 +3,6 @@ package caller
 import (
 	"strings"
 	"testing"
-
 )
 
 func TestParseConfig(t *testing.T) {
