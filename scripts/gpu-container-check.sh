@@ -12,6 +12,10 @@
 # static busybox into .gpucheck/ (git-ignored; carry it to the machine),
 # or $GPUCHECK_DIR.
 #
+# With the project's device tool: prepare here, then one call such as
+#   run(command="scripts/gpu-container-check.sh run", carry=[".gpucheck"])
+# ($OUT comes back with report.txt; a run takes well under a minute).
+#
 # run, as root, reads the host only: drm's INFO, DEVICES, ADD (twice: the
 # second must be code 103) and DEL under the compute example with the GKE
 # layout's container_edits (conf/examples/cuda.d/nvidia-cuda.conf: the

@@ -118,3 +118,18 @@ func TestParseNVIDIAInfo(t *testing.T) {
 		}
 	}
 }
+
+// FuzzNVIDIAInfo: a UUID is only ever text of the file, and a minor one
+// the file states, below the driver's own 254.
+func FuzzNVIDIAInfo(f *testing.F) {
+	f.Add([]byte("GPU UUID: \t GPU-475a5044\nDevice Minor: \t 3\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in := parseNVIDIAInfo(b)
+		if in.minor >= 254 || in.minor < -1 || in.minor >= 0 && !strings.Contains(string(b), strconv.Itoa(in.minor)) {
+			t.Fatalf("minor %d from %q", in.minor, b)
+		}
+		if !strings.Contains(string(b), in.uuid) || strings.ContainsAny(in.uuid, "\n") {
+			t.Fatalf("uuid %q from %q", in.uuid, b)
+		}
+	})
+}
