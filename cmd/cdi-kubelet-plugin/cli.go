@@ -84,6 +84,7 @@ func run(ctx context.Context, args []string, e env) int {
 	defer klog.Flush()
 	opt.Metrics = metrics.New()
 	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
+	opt.Caller = opt.Caller.WithVersionCache()
 	b, err := deviceplugin.New(*opt)
 	if err != nil {
 		opt.Log.Error("cannot start", "err", err)

@@ -101,6 +101,7 @@ func runDRA(ctx context.Context, args []string, e env) int {
 	}
 	opt.Metrics = metrics.New()
 	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
+	opt.Caller = opt.Caller.WithVersionCache()
 	events, stopEvents := eventBroadcaster(ctx, opt.Client)
 	defer stopEvents()
 	opt.Events = events

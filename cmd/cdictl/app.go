@@ -50,6 +50,9 @@ type app struct {
 	// used: the command then exits 1 (status).
 	configFailed bool
 	broken       []caller.Problem // every config file load could not use
+	// call is the last Caller made, with the cache of negotiated
+	// versions the process's plugin runs share.
+	call caller.Caller
 }
 
 // run runs cdictl with args (without the program name) and returns the
@@ -324,8 +327,12 @@ func folderType(path string) string {
 // that a delegate is found on the same path and every command sees the
 // same stores.
 func (a *app) caller() caller.Caller {
-	return caller.Caller{Path: a.cfg.Path, Timeout: a.timeout,
+	c := caller.Caller{Path: a.cfg.Path, Timeout: a.timeout,
 		Env: []string{protocol.EnvPath + "=" + a.cfg.Path, protocol.EnvStateDir + "=" + a.cfg.StateDir}}
+	if a.call.Path != c.Path || a.call.Timeout != c.Timeout || !slices.Equal(a.call.Env, c.Env) {
+		a.call = c.WithVersionCache()
+	}
+	return a.call
 }
 
 func (a *app) ctx() context.Context { return context.Background() }

@@ -224,6 +224,10 @@ type Caller struct {
 	Env []string
 	// Observer, when set, is told of every plugin run.
 	Observer Observer
+
+	// versions, when set (WithVersionCache), keeps the version
+	// negotiated with each plugin binary.
+	versions *versionCache
 }
 
 // Observer is told of every plugin run a Caller makes: the plugin, the
@@ -310,15 +314,6 @@ func (c Caller) Negotiate(ctx context.Context, conf Config) (string, error) {
 		}
 	}
 	return "", &PluginError{Config: conf, Err: fmt.Errorf("no common protocol version: plugin supports %v, we support %v", theirs, ours)}
-}
-
-// command runs one command after negotiating the version.
-func (c Caller) command(ctx context.Context, conf Config, cmd string, env ...string) (*invoke.Reply, error) {
-	v, err := c.Negotiate(ctx, conf)
-	if err != nil {
-		return nil, err
-	}
-	return c.run(ctx, conf, cmd, append([]string{protocol.EnvVersion + "=" + v}, env...)...)
 }
 
 // Extension runs one of our extension commands (such as DEVICES) and

@@ -74,6 +74,8 @@ func New(opt Options) (*Plugin, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New()
 	}
+	// One VERSION per plugin binary, not per call.
+	opt.Caller = opt.Caller.WithVersionCache()
 	byType, probs, err := inventory.Configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
 	inventory.LogProblems(opt.Log, probs)
 	if err != nil {

@@ -67,6 +67,7 @@ type driver struct {
 	written   bool                 // the API server was seen with offered (Ready)
 	sliceErr  error                // the slice controller's last failure, until Ready sees the slices written
 	unnamed   map[string]bool      // keys already warned about
+	preparing map[string]bool      // claim UIDs whose prepare runs (pin)
 	missing   map[string]time.Time // claim UID → first scan that found it gone
 	// known are the devices ever offered, by name, as last offered
 	// untainted; unhealthy those of them now unusable or gone.
@@ -96,7 +97,7 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name), metrics: opt.Metrics, recorder: rec,
 		regSock: reg, draSock: dra,
 		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
-		unnamed: map[string]bool{}, missing: map[string]time.Time{},
+		unnamed: map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
 	}, nil
 }

@@ -122,10 +122,17 @@ func requests(results []result) []string {
 	return out
 }
 
-// pin records the claim and runs the pinned ADDs, then writes the spec of
-// its admin-access devices. A claim that was never prepared is taken back
-// whole when that fails; one that was (the kubelet prepares again after a
-// restart) keeps what it holds. It returns each key's CDI device ids.
+// pin runs the pinned ADDs of a claim and writes the spec of its
+// admin-access devices, then records the claim prepared: one write of the
+// claim records, with its fsyncs, per claim prepared, none for a claim
+// prepared before (the kubelet prepares again after a restart). The
+// record comes after the ADDs, not before: the kubelet checkpoints every
+// claim before it asks to prepare it, and unprepares a claim whose pod
+// is gone whether its prepare succeeded or not, so a driver that dies
+// between ADD and record is still told to free what the ADD held
+// (docs/kubernetes.md#preparing-a-claim). A claim that was never
+// prepared is taken back whole when that fails; one that was keeps what
+// it holds. It returns each key's CDI device ids.
 func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, results []result) (map[string][]string, error) {
 	uid := string(claim.UID)
 	keys, adminKeys := splitKeys(results)
@@ -133,27 +140,31 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 	if err != nil {
 		return nil, err
 	}
-	var before claimstate.Claim
-	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
-		before = cs[uid]
-		if before.UID == "" {
-			cs[uid] = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, AdminKeys: adminKeys, Since: time.Now().UTC()}
-			return nil
-		}
-		if !slices.Equal(before.Keys, keys) || !slices.Equal(before.AdminKeys, adminKeys) {
-			return fmt.Errorf("the claim holds %v (admin access: %v), and is now asked for %v (admin access: %v)", before.Keys, before.AdminKeys, keys, adminKeys)
-		}
-		return nil
-	})
+	claims, err := d.state.Read(ctx)
 	if err != nil {
 		return nil, err
 	}
+	before := claims[uid]
+	if err := sameDevices(before, keys, adminKeys); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.preparing[uid] = true
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.preparing, uid)
+		d.mu.Unlock()
+	}()
 	cdi := map[string][]string{}
 	if len(keys) > 0 {
 		err = d.add(ctx, uid, keys, settings, cdi)
 	}
 	if err == nil && len(adminKeys) > 0 {
 		err = d.writeAdminSpec(uid, adminKeys, cdi)
+	}
+	if err == nil {
+		err = d.record(ctx, claim, keys, adminKeys, cdi)
 	}
 	if err != nil {
 		if !before.Prepared {
@@ -163,6 +174,22 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 		}
 		return nil, err
 	}
+	return cdi, nil
+}
+
+// sameDevices refuses to prepare a recorded claim for other devices than
+// it holds.
+func sameDevices(rec claimstate.Claim, keys, adminKeys []string) error {
+	if rec.UID != "" && (!slices.Equal(rec.Keys, keys) || !slices.Equal(rec.AdminKeys, adminKeys)) {
+		return fmt.Errorf("the claim holds %v (admin access: %v), and is now asked for %v (admin access: %v)", rec.Keys, rec.AdminKeys, keys, adminKeys)
+	}
+	return nil
+}
+
+// record records a prepared claim, with its CDI device ids. A record that
+// says so already is left as it is, and nothing is written.
+func (d *driver) record(ctx context.Context, claim *resourceapi.ResourceClaim, keys, adminKeys []string, cdi map[string][]string) error {
+	uid := string(claim.UID)
 	var all []string
 	for _, k := range append(slices.Clone(keys), adminKeys...) {
 		for _, id := range cdi[k] {
@@ -171,13 +198,18 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 			}
 		}
 	}
-	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
+	return d.state.Update(ctx, func(cs claimstate.Claims) error {
 		c := cs[uid]
+		if err := sameDevices(c, keys, adminKeys); err != nil {
+			return err
+		}
+		if c.UID == "" {
+			c = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, AdminKeys: adminKeys, Since: time.Now().UTC()}
+		}
 		c.Prepared, c.CDIDevices = true, all
 		cs[uid] = c
 		return nil
 	})
-	return cdi, err
 }
 
 // plugins returns the plugins of the type's configs.

@@ -43,10 +43,21 @@ func (d *driver) refresh(ctx context.Context) {
 	if !ok {
 		return
 	}
+	// The claims being prepared count as recorded: their records are
+	// written after their ADDs (pin). Taken before the records are read,
+	// so that a claim whose prepare ends in between is in the records.
+	d.mu.Lock()
+	preparing := slices.Collect(maps.Keys(d.preparing))
+	d.mu.Unlock()
 	claims, err := d.state.Read(ctx)
 	if err != nil {
 		d.log.Error("cannot read the claim records; slice left as it is", "err", err)
 		return
+	}
+	for _, uid := range preparing {
+		if _, ok := claims[uid]; !ok {
+			claims[uid] = claimstate.Claim{UID: uid}
+		}
 	}
 	inv, answers := d.poller.Inventory(), d.poller.Answers()
 	d.mu.Lock()
