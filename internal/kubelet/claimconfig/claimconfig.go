@@ -14,6 +14,7 @@ package claimconfig
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -21,7 +22,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/cdi-exec/plugins/internal/rawjson"
+	sigsjson "sigs.k8s.io/json"
+
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -45,13 +47,16 @@ type Settings map[string]json.RawMessage
 // checking every member against what those plugins take per claim.
 func Parse(raw []byte, plugins []string) (Settings, error) {
 	var m map[string]json.RawMessage
-	if err := rawjson.DecodeStrict(raw, &m); err != nil {
+	if err := strict(raw, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", Kind, err)
+	}
+	if m == nil {
+		return nil, fmt.Errorf("%s: null is not an object", Kind)
 	}
 	var apiVersion, kind string
 	for name, dst := range map[string]*string{"apiVersion": &apiVersion, "kind": &kind} {
 		if v, ok := m[name]; ok {
-			if err := json.Unmarshal(v, dst); err != nil {
+			if err := strict(v, dst); err != nil {
 				return nil, fmt.Errorf("%s: field %q: %w", Kind, name, err)
 			}
 		}
@@ -77,6 +82,18 @@ func Parse(raw []byte, plugins []string) (Settings, error) {
 		}
 	}
 	return Settings(m), nil
+}
+
+// strict decodes data into v with sigs.k8s.io/json: names match exactly,
+// and a member given twice, or one v has no field for, is an error that
+// names it. The daemon runs long, so the reflection's start-up cost that
+// keeps the plugins on their hand-written decoders does not matter here.
+func strict(data []byte, v any) error {
+	errs, err := sigsjson.UnmarshalStrict(data, v)
+	if err != nil {
+		return err
+	}
+	return errors.Join(errs...)
 }
 
 func orNone(names []string) string {

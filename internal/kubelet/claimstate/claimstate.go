@@ -27,6 +27,8 @@ import (
 	"slices"
 	"time"
 
+	sigsjson "sigs.k8s.io/json"
+
 	"github.com/cdi-exec/plugins/internal/atomicfile"
 	"github.com/cdi-exec/plugins/internal/kubelet/modelock"
 )
@@ -140,7 +142,11 @@ func (f *File) read() (Claims, error) {
 		return nil, fmt.Errorf("claim state: %w", err)
 	}
 	var v file
-	if err := json.Unmarshal(data, &v); err != nil || v.Version != version || v.Driver != f.driver {
+	strict, err := sigsjson.UnmarshalStrict(data, &v)
+	if err == nil {
+		err = errors.Join(strict...)
+	}
+	if err != nil || v.Version != version || v.Driver != f.driver {
 		return nil, &RefusedError{Path: f.path, Driver: f.driver, Err: err}
 	}
 	claims := make(Claims, len(v.Claims))

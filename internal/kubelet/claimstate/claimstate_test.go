@@ -70,6 +70,10 @@ func TestRefusesForeignFiles(t *testing.T) {
 		"corrupt":       `{"version": 1, "driver": "tty.cdi-exec.io", "claims": [`,
 		"other driver":  `{"version": 1, "driver": "gpu.cdi-exec.io", "claims": []}`,
 		"other version": `{"version": 2, "driver": "tty.cdi-exec.io", "claims": []}`,
+		// Decoded strictly (sigs.k8s.io/json): exact names, each once.
+		"unknown member": `{"version": 1, "driver": "tty.cdi-exec.io", "claims": [], "claimz": []}`,
+		"member twice":   `{"version": 1, "driver": "tty.cdi-exec.io", "driver": "tty.cdi-exec.io", "claims": []}`,
+		"other case":     `{"version": 1, "Driver": "tty.cdi-exec.io", "claims": []}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := open(t, t.TempDir())

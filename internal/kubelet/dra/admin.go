@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 
+	sigsjson "sigs.k8s.io/json"
+
 	"github.com/cdi-exec/plugins/internal/cdispec"
 	"github.com/cdi-exec/plugins/pkg/caller"
 )
@@ -34,7 +36,13 @@ func specOf(conf caller.Config) (*cdispec.Config, error) {
 	var c struct {
 		Args json.RawMessage `json:"args"`
 	}
-	if err := json.Unmarshal(conf.Raw, &c); err != nil {
+	// The config was checked when it loaded (caller.Load); only its args
+	// are wanted here.
+	strict, err := sigsjson.UnmarshalStrict(conf.Raw, &c, sigsjson.DisallowDuplicateFields)
+	if err == nil {
+		err = errors.Join(strict...)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", conf.File, err)
 	}
 	spec, err := cdispec.FromArgs(c.Args)

@@ -10,12 +10,14 @@ package inventory
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
+
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -40,9 +42,15 @@ func Devices(ctx context.Context, c caller.Caller, conf caller.Config) ([]protoc
 	if err != nil {
 		return nil, err
 	}
+	// Strict as sigs.k8s.io/json is, but for members a newer plugin may
+	// add: a caller ignores what it does not use (docs/protocol.md).
 	var devs []protocol.DeviceInfo
-	if err := json.Unmarshal(r.Object["devices"], &devs); err != nil {
-		return nil, &caller.PluginError{Config: conf, Err: fmt.Errorf("DEVICES answer has no devices list: %s", r.Raw)}
+	strict, err := sigsjson.UnmarshalStrict(r.Object["devices"], &devs, sigsjson.DisallowDuplicateFields)
+	if err == nil {
+		err = errors.Join(strict...)
+	}
+	if err != nil || r.Object["devices"] == nil {
+		return nil, &caller.PluginError{Config: conf, Err: fmt.Errorf("DEVICES answer has no devices list (%v): %s", err, r.Raw)}
 	}
 	return devs, nil
 }
