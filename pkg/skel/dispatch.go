@@ -166,9 +166,8 @@ func (d *Dispatcher) checkCommand(c *Call) error {
 }
 
 // offers reports whether plugin implements cmd. Only the extensions are
-// asked for, and only for their own commands: an interface assertion
-// builds an itab the first time, which a fresh process pays in page
-// faults.
+// asked for, and only for their own commands (why:
+// docs/performance.md#allocations-page-faults-syscalls).
 func offers(plugin Plugin, cmd string) bool {
 	switch cmd {
 	case protocol.CmdGC:

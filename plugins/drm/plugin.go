@@ -66,9 +66,8 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	return p, nil
 }
 
-// makePlugin makes the plugin of a host and a state directory. The host
-// and the cache live inside it: one allocation, not three, in a process
-// where each new size of object costs a fresh span of heap.
+// makePlugin makes the plugin of a host and a state directory, with the
+// host and the cache inside it (why: docs/performance.md#allocations-page-faults-syscalls).
 func makePlugin(root, stateDir string, f filter) *plugin {
 	p := &plugin{host: sysfs.Host{Root: root}, filter: f}
 	p.cache = newCache(stateDir, &p.host)
@@ -144,8 +143,7 @@ func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 	if err != nil {
 		return nil, err
 	}
-	// Sized once for all: growing it by appends would allocate it in a
-	// series of size classes, each a fresh span of the process's heap.
+	// Sized once (why: docs/performance.md#allocations-page-faults-syscalls).
 	out := make([]pool.Device, 0, len(facts))
 	for i := range facts {
 		ft := &facts[i]
