@@ -1,4 +1,5 @@
-// Package abnf implements the grammar of the CDI exec protocol: resource
+// Package request holds a request's domain types and the grammar of the
+// CDI exec protocol that reads and writes them (docs/protocol.md): resource
 // types, subtypes and specs, request ids, the CDI_REQUEST list and the
 // CDI_REQUEST_NUMA_LOCALITY list.
 //
