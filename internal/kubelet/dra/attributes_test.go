@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 )
 
 // A device's PCIe switch is published as the pcieSwitch attribute, so
@@ -20,5 +22,32 @@ func TestAttributeSwitch(t *testing.T) {
 	alone.PCIeSwitch, alone.PCIeBridges = "", []string{"0000:15:01.0"}
 	if _, ok := attributes(alone)[attrPCIeSwitch]; ok {
 		t.Fatal("pcieSwitch published for a GPU on its root port's own link")
+	}
+}
+
+// The standard attributes: resource.kubernetes.io/numaNode (and the
+// deprecated <driver>/numaNode with it) where the NUMA node is known, never
+// for -1; resource.kubernetes.io/pciBusID for a PCI device; uuid where the
+// plugin reports one.
+func TestStandardAttributes(t *testing.T) {
+	gpu := protocol.DeviceInfo{Key: "0000:00:06.0", NUMA: 1, Usable: true, UUID: "GPU-475a5044-0000-0000-0000-000000000000"}
+	a := attributes(gpu)
+	for _, name := range []resourceapi.QualifiedName{deviceattribute.StandardDeviceAttributeNUMANode, attrNUMA} {
+		if v := a[name].IntValue; v == nil || *v != 1 {
+			t.Errorf("%s: %+v", name, a[name])
+		}
+	}
+	if v := a[deviceattribute.StandardDeviceAttributePCIBusID].StringValue; v == nil || *v != "0000:00:06.0" {
+		t.Errorf("pciBusID: %+v", a[deviceattribute.StandardDeviceAttributePCIBusID])
+	}
+	if v := a[attrUUID].StringValue; v == nil || *v != gpu.UUID {
+		t.Errorf("uuid: %+v", a[attrUUID])
+	}
+	tty := protocol.DeviceInfo{Key: "tty13", NUMA: -1, Usable: true}
+	a = attributes(tty)
+	for _, name := range []resourceapi.QualifiedName{deviceattribute.StandardDeviceAttributeNUMANode, attrNUMA, deviceattribute.StandardDeviceAttributePCIBusID, attrUUID} {
+		if _, ok := a[name]; ok {
+			t.Errorf("a tty of unknown NUMA node has %s", name)
+		}
 	}
 }

@@ -92,6 +92,14 @@ type Options struct {
 	// stale claim freed. Each driver reports as the controller named
 	// after it.
 	Events events.EventBroadcaster
+	// ClaimStatus writes each prepared claim's status.devices (KEP-4817):
+	// a Ready condition and the device's facts per device of ours.
+	ClaimStatus bool
+	// DeviceMetadata has the kubelet plugin helper write each prepared
+	// request's device metadata (KEP-5304) and a CDI spec, in CDISpecDir,
+	// that mounts it into the containers under
+	// /var/run/kubernetes.io/dra-device-attributes/.
+	DeviceMetadata bool
 }
 
 // Plugin is the set of drivers of one node.
@@ -184,10 +192,14 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for _, d := range p.drivers {
-		wg.Add(2)
+		wg.Add(3)
 		go func() {
 			defer wg.Done()
 			d.poll(ctx, p.opt.Poll)
+		}()
+		go func() {
+			defer wg.Done()
+			d.status.run(ctx)
 		}()
 		go func() {
 			defer wg.Done()

@@ -130,6 +130,7 @@ func TestSlice(t *testing.T) {
 	want := map[resourceapi.QualifiedName]string{
 		attrKey: "0000:11:00.0", attrPCIAddress: "0000:11:00.0", attrVendorID: "0x1002", attrDeviceID: "0x73bf", attrNUMA: "1",
 		deviceattribute.StandardDeviceAttributePCIeRoot: "pci0000:80",
+		deviceattribute.StandardDeviceAttributeNUMANode: "1", deviceattribute.StandardDeviceAttributePCIBusID: "0000:11:00.0",
 	}
 	got := map[resourceapi.QualifiedName]string{}
 	for name, a := range gpus[1].Attributes {

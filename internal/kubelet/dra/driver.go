@@ -11,11 +11,13 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
@@ -46,6 +48,8 @@ type driver struct {
 	log      *slog.Logger
 	metrics  *metrics.Metrics
 	recorder events.EventRecorder // nil: no events
+	status   *statusWriter        // claims' status.devices (status.go); nil: not written
+	metadata bool                 // prepared devices carry their metadata (KEP-5304)
 	// regSock and draSock are the helper's sockets: its registration
 	// socket, which the kubelet's plugin watcher finds, and its DRA
 	// service.
@@ -91,11 +95,17 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 		rec = opt.Events.NewRecorder(scheme.Scheme, name)
 	}
 	reg, dra := sockets(opt.KubeletDir, name, opt.PodUID)
+	var status *statusWriter
+	if opt.ClaimStatus && opt.Client != nil {
+		status = newStatusWriter(opt.Client, name, opt.Log.With("driver", name))
+	}
 	return &driver{
-		name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
+		status: status,
+		name:   name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
 		client: opt.Client, state: st, grace: opt.StaleGrace, effect: opt.TaintEffect, every: opt.Poll,
 		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name), metrics: opt.Metrics, recorder: rec,
-		regSock: reg, draSock: dra,
+		metadata: opt.DeviceMetadata,
+		regSock:  reg, draSock: dra,
 		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
 		unnamed: map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
@@ -124,6 +134,11 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	}
 	if opt.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(opt.PodUID)))
+	}
+	if d.metadata {
+		opts = append(opts,
+			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.CDIDirectory(opt.CDISpecDir))
 	}
 	d.fatal = fatal
 	h, err := kubeletplugin.Start(ctx, d, opts...)

@@ -65,10 +65,18 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	log.Info("prepare", "devices", keys, "adminDevices", adminKeys, "cdiDevices", cdi, "took", took)
 	res := kubeletplugin.PrepareResult{}
+	infos := d.deviceInfos(results)
 	for _, r := range results {
-		res.Devices = append(res.Devices, kubeletplugin.Device{
+		dev := kubeletplugin.Device{
 			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: cdi[r.key],
-		})
+		}
+		if d.metadata {
+			dev.Metadata = d.deviceMetadata(r, infos)
+		}
+		res.Devices = append(res.Devices, dev)
+	}
+	if d.status != nil {
+		d.status.set(claimStatus{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: d.deviceStatuses(results, infos)})
 	}
 	return res
 }
@@ -279,6 +287,9 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 		return err
 	}
 	log.Info("unprepare", "held", held)
+	if d.status != nil {
+		d.status.set(claimStatus{namespace: c.Namespace, name: c.Name, uid: c.UID})
+	}
 	return nil
 }
 

@@ -24,7 +24,10 @@ import (
 
 // The attributes of a device, in the driver's domain.
 const (
-	attrKey        resourceapi.QualifiedName = "key" // the exec protocol's device key
+	attrKey resourceapi.QualifiedName = "key" // the exec protocol's device key
+	// attrNUMA is the deprecated alias of the standard
+	// resource.kubernetes.io/numaNode (KEP-6072), kept for one release so
+	// that existing claims and classes go on matching (docs/kubernetes.md).
 	attrNUMA       resourceapi.QualifiedName = "numaNode"
 	attrPCIAddress resourceapi.QualifiedName = "pciAddress"
 	attrVendorID   resourceapi.QualifiedName = "vendorId"
@@ -225,12 +228,14 @@ func TaintValue(reason string) string {
 func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
 	a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{attrKey: str(dev.Key)}
-	if dev.NUMA >= 0 {
+	if dev.NUMA >= 0 { // -1 is unknown: no attribute, never node 0
 		n := int64(dev.NUMA)
+		a[deviceattribute.StandardDeviceAttributeNUMANode] = resourceapi.DeviceAttribute{IntValue: &n}
 		a[attrNUMA] = resourceapi.DeviceAttribute{IntValue: &n}
 	}
 	if request.IsPCIAddr(dev.Key) {
 		a[attrPCIAddress] = str(dev.Key)
+		a[deviceattribute.StandardDeviceAttributePCIBusID] = str(dev.Key)
 	}
 	if dev.VendorID != "" {
 		a[attrVendorID] = str(dev.VendorID)
