@@ -39,6 +39,9 @@ const (
 //     and the admin claim's own spec goes with its pod, the holder's
 //     stays;
 //   - CELOnKey: a selector on the key attribute gets exactly that tty;
+//   - StatusAndMetadata: a prepared claim's status.devices lists its tty,
+//     Ready, with the key and node in data, cleared when the pod goes;
+//     the container reads the tty's attributes in its metadata file;
 //   - FirstAvailable: a request whose first alternative cannot be met
 //     gets the second;
 //   - DeviceConfigRejected: a claim's DeviceConfig with a field the tty
@@ -63,6 +66,7 @@ func TestClusterDRAFeatures(t *testing.T) {
 	t.Run("ExtendedResource", f.extendedResource)
 	t.Run("AdminAccess", f.adminAccess)
 	t.Run("CELOnKey", f.celOnKey)
+	t.Run("StatusAndMetadata", f.statusAndMetadata)
 	t.Run("FirstAvailable", f.firstAvailable)
 	t.Run("DeviceConfigRejected", f.deviceConfigRejected)
 	t.Run("Taint", f.taint)
@@ -378,6 +382,104 @@ requests:
 		pod("default", "by-key", []string{"name: t\n    resourceClaimName: by-key"}, map[string]string{"c": "claims: [{name: t}]"}))
 	if got := f.ctrTTYs(ctx, t, "default", "by-key", "c"); !slices.Equal(got, []string{key}) {
 		t.Fatalf("the pod sees %v, want %s", got, key)
+	}
+}
+
+func (f *features) statusAndMetadata(t *testing.T) {
+	ctx := f.ctx(t)
+	key := f.free[1]
+	metadata := "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/described/r/" + draDriver + "-metadata.json"
+	f.yaml(ctx, t, claimYAML("default", "described", fmt.Sprintf(`
+requests:
+- name: r
+  exactly:
+    deviceClassName: tty.cdi-exec.io
+    selectors: [{cel: {expression: '%s'}}]`, keyIs(key)))+fmt.Sprintf(`---
+apiVersion: v1
+kind: Pod
+metadata: {name: described, namespace: default}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 0
+  restartPolicy: Never
+  resourceClaims:
+  - name: t
+    resourceClaimName: described
+  containers:
+  - name: c
+    image: %s
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "while :; do echo \"metadata $(tr -d '\\n' < %s)\"; sleep 1; done"]
+    resources:
+      claims: [{name: t}]
+`, Image, metadata))
+	if _, err := f.c.WaitPod(ctx, "default", "described", Running); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	err := waitFor(ctx, "the metadata file in the container", func(ctx context.Context) error {
+		b, err := f.c.api.get(ctx, f.c.url("/containerLogs/default/described/c"))
+		if err != nil {
+			return err
+		}
+		for l := range strings.Lines(string(b)) {
+			if strings.HasPrefix(l, "metadata {") {
+				line = strings.TrimSpace(l)
+			}
+		}
+		if line == "" {
+			return fmt.Errorf("no metadata line in %q", b)
+		}
+		return nil
+	}, f.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"metadata.resource.k8s.io/v1beta1"`, `"` + key + `"`, `"key"`} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("the container's metadata file lacks %s: %s", want, line)
+		}
+	}
+	t.Logf("the container reads %s: %s", metadata, strings.TrimPrefix(line, "metadata "))
+	var ours resourceapi.AllocatedDeviceStatus
+	err = waitFor(ctx, "the claim's device status", func(ctx context.Context) error {
+		c := f.claim(ctx, t, "default", "described")
+		for _, d := range c.Status.Devices {
+			if d.Driver == draDriver && d.Device == key {
+				ours = d
+			}
+		}
+		if ours.Driver == "" {
+			return fmt.Errorf("status.devices %+v", c.Status.Devices)
+		}
+		return nil
+	}, f.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ours.Conditions) != 1 || ours.Conditions[0].Type != "Ready" || ours.Conditions[0].Status != "True" ||
+		ours.Data == nil || !strings.Contains(string(ours.Data.Raw), `"key":"`+key+`"`) || !strings.Contains(string(ours.Data.Raw), `"/dev/`+key+`"`) {
+		t.Fatalf("the claim's status of %s: %+v data %s", key, ours, ours.Data)
+	}
+	out, err := f.c.Kubectl(ctx, "get", "resourceclaim", "described", "-o", "jsonpath={.status.devices}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl get resourceclaim described -o jsonpath={.status.devices}: %s", out)
+	if _, err := f.c.Kubectl(ctx, "delete", "pod", "described", "--grace-period=0", "--wait=true", "--timeout=2m"); err != nil {
+		t.Fatal(err)
+	}
+	err = waitFor(ctx, "the claim's device status cleared", func(ctx context.Context) error {
+		c := f.claim(ctx, t, "default", "described")
+		for _, d := range c.Status.Devices {
+			if d.Driver == draDriver {
+				return fmt.Errorf("status.devices %+v after the unprepare", c.Status.Devices)
+			}
+		}
+		return nil
+	}, f.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
