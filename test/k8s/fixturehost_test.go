@@ -1,0 +1,273 @@
+//go:build e2enode
+
+package k8se2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/manifests"
+)
+
+// fixtureRun is a DRA deployment, rendered from the chart with helm, whose
+// plugins read a fixture host instead of the node's /sys and /dev: the
+// DaemonSet's host-sys and host-dev volumes point into the fixture's
+// tree, which has real character nodes (made as root) with the numbers
+// the fixture's sysfs gives. The CDI specs the plugins write carry those
+// numbers, so the runtime makes the nodes in the containers though the
+// node has no such devices: a container sees /dev/dri/card1 as 226:1, and
+// could open it only where the device exists.
+type fixtureRun struct {
+	*draRun
+	root  string            // the fixture host
+	types map[string]string // type → plugin config (JSON)
+}
+
+// newFixtureRun starts a cluster and deploys the chart's DRA mode with
+// types, each "<type>" → its plugin config, on host, and waits until the
+// driver serves and every type's slice lists want[type].
+func newFixtureRun(t *testing.T, bound time.Duration, host fixture.Host, types map[string]string, want map[string][]string) (context.Context, *fixtureRun) {
+	t.Helper()
+	preflight(t, "helm")
+	ctx, d := newDRARun(t, bound)
+	f := &fixtureRun{draRun: d, root: filepath.Join(d.c.Dir, "fixture-host"), types: types}
+	if err := host.Build(f.root); err != nil {
+		t.Fatal(err)
+	}
+	d.loadImage(ctx, t)
+	d.apply(ctx, t, f.manifests(ctx, t))
+	pod := d.waitDriver(ctx, t, "")
+	for typ, names := range want {
+		f.waitDevices(ctx, t, typ, names)
+	}
+	t.Logf("driver pod %s serves %v on the fixture host", pod, want)
+	return ctx, f
+}
+
+// manifests renders the chart with the fixture's types and the private
+// directories, and points the host volumes at the fixture.
+func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Object {
+	t.Helper()
+	types := map[string]any{}
+	for typ, conf := range f.types {
+		var c map[string]any
+		if err := json.Unmarshal([]byte(conf), &c); err != nil {
+			t.Fatalf("the %s config: %v", typ, err)
+		}
+		types[typ] = map[string]any{"config": c}
+	}
+	values, err := json.Marshal(map[string]any{
+		"types": types,
+		"hostPaths": map[string]any{
+			"stateDir": f.b.state, "claimStateDir": f.claims, "cdiSpecDir": f.c.CDIDir,
+		},
+		"dra": map[string]any{"podUID": false},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	valuesFile := filepath.Join(f.c.Dir, "fixture-values.json")
+	if err := os.WriteFile(valuesFile, values, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The chart's default types are replaced, not merged: null drops them.
+	args := []string{"template", "cdi", chart, "--namespace", draNamespace, "-f", valuesFile}
+	for _, typ := range []string{"tty", "gpu"} {
+		if _, ok := f.types[typ]; !ok {
+			args = append(args, "--set", "types."+typ+"=null")
+		}
+	}
+	out, err := run(ctx, nil, filepath.Join(tools(), "helm"), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := filepath.Join(f.c.Dir, "fixture-manifests.yaml")
+	if err := os.WriteFile(rendered, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Load(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []runtime.Object
+	for _, o := range objs {
+		if ds, ok := o.Obj.(*appsv1.DaemonSet); ok {
+			f.pointAtFixture(t, ds)
+			privateMetricsPort(t, ds)
+		}
+		list = append(list, o.Obj)
+	}
+	return list
+}
+
+// pointAtFixture makes the DaemonSet's /sys and /dev volumes the
+// fixture's.
+func (f *fixtureRun) pointAtFixture(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	moved := 0
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		switch v.HostPath.Path {
+		case "/sys", "/dev":
+			v.HostPath.Path = filepath.Join(f.root, v.HostPath.Path)
+			moved++
+		}
+	}
+	if moved != 2 {
+		t.Fatalf("the DaemonSet has %d of the host volumes /sys and /dev: %+v", moved, ds.Spec.Template.Spec.Volumes)
+	}
+}
+
+// waitDevices waits until the node's slices of the type's driver list
+// exactly want (device names), and returns the devices.
+func (f *fixtureRun) waitDevices(ctx context.Context, t *testing.T, typ string, want []string) []resourceapi.Device {
+	t.Helper()
+	driver := typ + ".cdi-exec.io"
+	want = slices.Sorted(slices.Values(want))
+	var devs []resourceapi.Device
+	err := waitFor(ctx, "the "+driver+" slice", func(ctx context.Context) error {
+		var l resourceapi.ResourceSliceList
+		if err := f.c.Get(ctx, "/apis/resource.k8s.io/v1/resourceslices", &l); err != nil {
+			return err
+		}
+		devs = nil
+		var names []string
+		for _, s := range l.Items {
+			if s.Spec.Driver == driver && s.Spec.NodeName != nil && *s.Spec.NodeName == NodeName {
+				for _, d := range s.Spec.Devices {
+					devs = append(devs, d)
+					names = append(names, d.Name)
+				}
+			}
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, want) {
+			return fmt.Errorf("the slices list %v, want %v", names, want)
+		}
+		return nil
+	}, f.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return devs
+}
+
+// nodeLoop prints the device nodes under the given /dev directories,
+// with their numbers, every second.
+func nodeLoop(dirs ...string) string {
+	var globs []string
+	for _, d := range dirs {
+		globs = append(globs, d+"/*")
+	}
+	return fmt.Sprintf(`while :; do echo "nodes $(stat -c '%%n=%%t:%%T' %s 2>/dev/null | tr '\n' ' ')"; sleep 1; done`, strings.Join(globs, " "))
+}
+
+// podNodes runs a pod with the claim's devices, one container naming the
+// whole claim, that prints the device nodes under dirs, and returns them
+// with their numbers ("/dev/dri/card1=e2:1"), sorted, once it printed
+// them.
+func (f *fixtureRun) podNodes(ctx context.Context, t *testing.T, name, claim string, dirs ...string) []string {
+	t.Helper()
+	f.yamlApply(ctx, t, fmt.Sprintf(`---
+apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: default}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 0
+  restartPolicy: Never
+  resourceClaims:
+  - name: c
+    resourceClaimName: %s
+  containers:
+  - name: c
+    image: %s
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", %s]
+    resources:
+      claims: [{name: c}]
+`, name, claim, Image, strconv.Quote(nodeLoop(dirs...))))
+	if _, err := f.c.WaitPod(ctx, "default", name, Running); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	err := waitFor(ctx, "the nodes of "+name, func(ctx context.Context) error {
+		b, err := f.c.api.get(ctx, f.c.url("/containerLogs/default/"+name+"/c"))
+		if err != nil {
+			return err
+		}
+		for l := range strings.Lines(string(b)) {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "nodes"); ok {
+				seen = strings.Fields(rest)
+			}
+		}
+		if seen == nil {
+			return fmt.Errorf("no nodes line in %q", b)
+		}
+		return nil
+	}, f.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(seen)
+	return seen
+}
+
+// yamlApply applies YAML and deletes what it made when the test ends.
+func (f *fixtureRun) yamlApply(ctx context.Context, t *testing.T, doc string) {
+	t.Helper()
+	file := filepath.Join(f.c.Dir, fmt.Sprintf("apply-%d.yaml", time.Now().UnixNano()))
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Kubectl(ctx, "apply", "-f", file); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := f.c.Kubectl(ctx, "delete", "-f", file, "--ignore-not-found", "--grace-period=0", "--wait=true", "--timeout=2m"); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// allocated returns the devices allocated to a claim, by request, once
+// the scheduler allocated it.
+func (f *fixtureRun) allocated(ctx context.Context, t *testing.T, claim string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	err := waitFor(ctx, "the claim "+claim+" allocated", func(ctx context.Context) error {
+		var c resourceapi.ResourceClaim
+		if err := f.c.Get(ctx, "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/"+claim, &c); err != nil {
+			return err
+		}
+		if c.Status.Allocation == nil {
+			return fmt.Errorf("not allocated")
+		}
+		clear(out)
+		for _, r := range c.Status.Allocation.Devices.Results {
+			out[r.Request] = append(out[r.Request], r.Device)
+		}
+		return nil
+	}, f.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
