@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
 )
 
 func allocate(c api.DevicePluginClient, ids ...string) (*api.ContainerAllocateResponse, error) {
@@ -51,7 +53,7 @@ func TestAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := requestID("cdi-exec.io/tty", "tty", []string{"tty13", "tty15"})
+	id := podgc.RequestID("cdi-exec.io/tty", "tty", []string{"tty13", "tty15"})
 	name := "cdi-exec.io/tty=" + id
 	if got, want := nodesOf(r), []string{"/dev/tty13", "/dev/tty15"}; !slices.Equal(got, want) {
 		t.Fatalf("device specs %v, want %v", got, want)

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
 )
 
 // collect runs one garbage-collection scan at now: it lists the kubelet's
 // pods, and lets every resource free the ids due. When the kubelet cannot
 // be asked, the scan is skipped and counts for nothing.
 func (b *Plugin) collect(ctx context.Context, now time.Time) error {
-	ctrs, err := listPodResources(ctx, b.podResources())
+	ctrs, _, err := podgc.List(ctx, b.podResources())
 	if err != nil {
 		b.log.Warn("gc: cannot list pod resources; scan skipped", "err", err)
 		return err
@@ -19,7 +21,7 @@ func (b *Plugin) collect(ctx context.Context, now time.Time) error {
 		live := map[string]bool{}
 		for _, c := range ctrs {
 			if c.Resource == r.name {
-				live[requestID(r.name, r.typ, c.DeviceIDs)] = true
+				live[podgc.RequestID(r.name, r.typ, c.DeviceIDs)] = true
 			}
 		}
 		r.collect(ctx, now, live)
@@ -29,14 +31,14 @@ func (b *Plugin) collect(ctx context.Context, now time.Time) error {
 
 // collect frees the ids of this resource that are due.
 func (r *resource) collect(ctx context.Context, now time.Time, live map[string]bool) {
-	for _, v := range r.gc.Scan(now, held(r.poller.Inventory(), r.typ), live) {
+	for _, v := range r.gc.Scan(now, podgc.Held(r.poller.Inventory().Holders, r.typ), live) {
 		r.free(ctx, v)
 	}
 }
 
 // free sends DEL for id to every config of the type. It gives up, for this
 // scan, when the kubelet has handed the id out again since it was judged.
-func (r *resource) free(ctx context.Context, v verdict) {
+func (r *resource) free(ctx context.Context, v podgc.Verdict) {
 	r.handout.Lock()
 	defer r.handout.Unlock()
 	if !r.gc.Due(v.ID) {

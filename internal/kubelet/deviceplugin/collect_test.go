@@ -12,6 +12,7 @@ import (
 
 	pr "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
 	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
@@ -33,8 +34,8 @@ func newGCNode(t *testing.T) *gcNode {
 			t.Fatal(err)
 		}
 	}
-	n.live = requestID(ttyRes, "tty", []string{"tty13", "tty14"})
-	n.gone = requestID(ttyRes, "tty", []string{"tty15"})
+	n.live = podgc.RequestID(ttyRes, "tty", []string{"tty13", "tty14"})
+	n.gone = podgc.RequestID(ttyRes, "tty", []string{"tty15"})
 	// The running pod's two ttys come in two entries, with another
 	// resource in between, as the kubelet lists them.
 	pod := kubelettest.Pod("default", "runs", "c", ttyRes, "tty14", "tty13")

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
+	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
 )
@@ -16,23 +17,11 @@ func offer(inv inventory.Inventory, typ string) []Device {
 			ID:      d.Key,
 			NUMA:    d.NUMA,
 			PCIe:    chain(d),
-			Healthy: d.HeldBy == "" || madeID(d.HeldBy, typ),
+			Healthy: d.HeldBy == "" || podgc.Made(d.HeldBy, typ),
 			Free:    d.HeldBy == "",
 		}
 	}
 	return out
-}
-
-// held returns the ids this mode made that hold devices of the inventory,
-// offered or not.
-func held(inv inventory.Inventory, typ string) []string {
-	var ids []string
-	for _, id := range inv.Holders {
-		if madeID(id, typ) {
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
 
 // chain rebuilds a device's place in the PCIe tree as internal/alloc reads it:

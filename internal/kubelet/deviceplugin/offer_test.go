@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
+	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
 func TestMergeAndOffer(t *testing.T) {
-	mine := requestID("cdi-exec.io/gpu", "gpu", []string{"0000:01:00.0"})
-	stale := requestID("cdi-exec.io/gpu", "gpu", []string{"0000:09:00.0"})
+	mine := podgc.RequestID("cdi-exec.io/gpu", "gpu", []string{"0000:01:00.0"})
+	stale := podgc.RequestID("cdi-exec.io/gpu", "gpu", []string{"0000:09:00.0"})
 	answers := [][]protocol.DeviceInfo{
 		{ // first config
 			{Key: "0000:01:00.0", NUMA: 0, Usable: true, HeldBy: mine, PCIeRoot: "pci0000:00", PCIeBridges: []string{"0000:00:01.0"}},
@@ -45,10 +46,10 @@ func TestMergeAndOffer(t *testing.T) {
 	}
 	// Its own ids, also of devices it does not offer; never another
 	// caller's, nor another type's.
-	if got := held(inv, "gpu"); !slices.Equal(got, []string{mine, stale}) {
+	if got := podgc.Held(inv.Holders, "gpu"); !slices.Equal(got, []string{mine, stale}) {
 		t.Errorf("held %v", got)
 	}
-	if got := held(inv, "tty"); len(got) != 0 {
+	if got := podgc.Held(inv.Holders, "tty"); len(got) != 0 {
 		t.Errorf("held as tty %v", got)
 	}
 }

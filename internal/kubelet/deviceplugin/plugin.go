@@ -25,6 +25,7 @@ import (
 
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
+	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
 	"github.com/cdi-exec/plugins/internal/kubelet/probe"
 	"github.com/cdi-exec/plugins/pkg/caller"
 )
@@ -112,7 +113,7 @@ func (b *Plugin) Resources() []string {
 }
 
 func (b *Plugin) pluginDir() string    { return filepath.Join(b.opt.KubeletDir, "device-plugins") }
-func (b *Plugin) podResources() string { return filepath.Join(b.opt.KubeletDir, podResourcesSocket) }
+func (b *Plugin) podResources() string { return filepath.Join(b.opt.KubeletDir, podgc.Socket) }
 
 // Socket returns the file name of a resource's socket in the kubelet's
 // device-plugins directory: "cdi-exec.io-tty.sock" for "cdi-exec.io/tty".

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
+	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/request"
 )
@@ -23,7 +24,7 @@ type resource struct {
 	caller  caller.Caller
 	log     *slog.Logger
 	metrics *metrics.Metrics
-	gc      *tracker
+	gc      *podgc.Tracker
 	poke    chan struct{} // asks the poll loop for a poll now
 
 	// handout serialises Allocate and the garbage collector's frees, so
@@ -42,7 +43,7 @@ type resource struct {
 func newResource(name, typ string, confs []caller.Config, c caller.Caller, log *slog.Logger, m *metrics.Metrics, grace time.Duration) *resource {
 	return &resource{
 		name: name, typ: typ, confs: confs, caller: c, log: log.With("resource", name), metrics: m,
-		gc: newTracker(grace), poke: make(chan struct{}, 1),
+		gc: podgc.NewTracker(grace), poke: make(chan struct{}, 1),
 		poller:  inventory.NewPoller(c, confs, log.With("resource", name)),
 		changed: make(chan struct{}),
 	}
@@ -121,7 +122,7 @@ func (r *resource) poll(ctx context.Context, interval time.Duration) {
 // owns some of ids, under the id the device set determines.
 func (r *resource) Allocate(ctx context.Context, ids []string) (*Allocation, error) {
 	start := time.Now()
-	id := requestID(r.name, r.typ, ids)
+	id := podgc.RequestID(r.name, r.typ, ids)
 	r.handout.Lock()
 	defer r.handout.Unlock()
 	r.gc.Touch(id, start)

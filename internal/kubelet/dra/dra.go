@@ -107,6 +107,9 @@ type Plugin struct {
 	opt     Options
 	log     *slog.Logger
 	drivers []*driver
+	// podResourcesFailing is whether the last list of the kubelet's pod
+	// resources failed (migrate.go); only the collector's goroutine uses it.
+	podResourcesFailing bool
 }
 
 // errFatal marks a failure that stops Run.
@@ -191,6 +194,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 		p.log.Info("serving", "driver", d.name, "configs", len(d.confs), "devices", len(d.offered))
 	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		inventory.Every(ctx, p.opt.StaleInterval, nil, func() { p.collectLeftovers(ctx, time.Now()) })
+	}()
 	for _, d := range p.drivers {
 		wg.Add(3)
 		go func() {

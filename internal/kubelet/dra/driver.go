@@ -24,6 +24,7 @@ import (
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
+	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
 	"github.com/cdi-exec/plugins/internal/unixsock"
 	"github.com/cdi-exec/plugins/pkg/caller"
 )
@@ -50,6 +51,8 @@ type driver struct {
 	recorder events.EventRecorder // nil: no events
 	status   *statusWriter        // claims' status.devices (status.go); nil: not written
 	metadata bool                 // prepared devices carry their metadata (KEP-5304)
+	// leftovers are the device-plugin mode's ids of the type (migrate.go).
+	leftovers leftovers
 	// regSock and draSock are the helper's sockets: its registration
 	// socket, which the kubelet's plugin watcher finds, and its DRA
 	// service.
@@ -104,8 +107,9 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 		name:   name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
 		client: opt.Client, state: st, grace: opt.StaleGrace, effect: opt.TaintEffect, every: opt.Poll,
 		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name), metrics: opt.Metrics, recorder: rec,
-		metadata: opt.DeviceMetadata,
-		regSock:  reg, draSock: dra,
+		metadata:  opt.DeviceMetadata,
+		leftovers: leftovers{resource: opt.Suffix + "/" + typ, tracker: podgc.NewTracker(opt.StaleGrace)},
+		regSock:   reg, draSock: dra,
 		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
 		unnamed: map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),

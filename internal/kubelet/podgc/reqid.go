@@ -1,4 +1,4 @@
-package deviceplugin
+package podgc
 
 // This file derives the request-ids of the kubelet device-plugin
 // mode. The kubelet's Allocate says which devices a container gets but
@@ -17,21 +17,21 @@ import (
 	"github.com/cdi-exec/plugins/pkg/caller"
 )
 
-// idPrefix starts every id this package makes. It lies inside
+// IDPrefix starts every id this package makes. It lies inside
 // caller.ReservedPrefix, which no other caller may use; other Kubernetes
 // bridges use other names under that prefix.
-const idPrefix = caller.ReservedPrefix + "dp-"
+const IDPrefix = caller.ReservedPrefix + "dp-"
 
 // hashLen is the number of hex digits of the device-set hash: 128 bits.
 const hashLen = 32
 
-// requestID returns the request-id of a device-plugin allocation: the
+// RequestID returns the request-id of a device-plugin allocation: the
 // prefix, the resource type and a hash of the fully qualified resource
 // name and the sorted device ids, for example
 // "k8s-dp-tty-3f2a...". typ is a resource-type (at most 16 ASCII letters
 // and digits), so the id is valid under the request-id grammar and at most
 // 56 characters long.
-func requestID(resource, typ string, deviceIDs []string) string {
+func RequestID(resource, typ string, deviceIDs []string) string {
 	ids := slices.Clone(deviceIDs)
 	slices.Sort(ids)
 	h := sha256.New()
@@ -40,13 +40,13 @@ func requestID(resource, typ string, deviceIDs []string) string {
 		h.Write([]byte{0})
 		h.Write([]byte(id))
 	}
-	return idPrefix + typ + "-" + hex.EncodeToString(h.Sum(nil))[:hashLen]
+	return IDPrefix + typ + "-" + hex.EncodeToString(h.Sum(nil))[:hashLen]
 }
 
-// madeID reports whether id has the shape of an id made by requestID for
+// Made reports whether id has the shape of an id made by requestID for
 // the resource type typ. Only such ids are ever freed by the mode.
-func madeID(id, typ string) bool {
-	hash, ok := strings.CutPrefix(id, idPrefix+typ+"-")
+func Made(id, typ string) bool {
+	hash, ok := strings.CutPrefix(id, IDPrefix+typ+"-")
 	if !ok || len(hash) != hashLen {
 		return false
 	}
@@ -56,4 +56,16 @@ func madeID(id, typ string) bool {
 		}
 	}
 	return true
+}
+
+// Held returns the ids among holders (the request-ids that hold devices)
+// that the device-plugin mode made for the resource type typ.
+func Held(holders []string, typ string) []string {
+	var ids []string
+	for _, id := range holders {
+		if Made(id, typ) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

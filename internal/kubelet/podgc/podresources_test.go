@@ -1,4 +1,4 @@
-package deviceplugin
+package podgc
 
 import (
 	"reflect"
@@ -26,16 +26,16 @@ func TestMerge(t *testing.T) {
 			{Name: "c", Devices: []*v1.ContainerDevices{devs("cdi-exec.io/tty", "tty30"), devs("cdi-exec.io/tty", "tty30")}},
 		}},
 	}}
-	want := []podContainer{
+	want := []Container{
 		{"default", "a", "c", "cdi-exec.io/tty", []string{"tty17", "tty48"}},
 		{"default", "a", "c", "cdi-exec.io/gpu", []string{"0000:03:00.0"}},
 		{"default", "a", "d", "cdi-exec.io/tty", []string{"tty20", "tty21"}},
 		{"other", "a", "c", "cdi-exec.io/tty", []string{"tty30"}},
 	}
-	if got := mergePodResources(resp); !reflect.DeepEqual(got, want) {
+	if got := Merge(resp); !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
-	if got := mergePodResources(&v1.ListPodResourcesResponse{}); len(got) != 0 {
+	if got := Merge(&v1.ListPodResourcesResponse{}); len(got) != 0 {
 		t.Errorf("empty answer: %+v", got)
 	}
 }

@@ -1,4 +1,4 @@
-package deviceplugin
+package podgc
 
 import (
 	"slices"
@@ -8,7 +8,7 @@ import (
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func ids(vs []verdict) []string {
+func ids(vs []Verdict) []string {
 	var out []string
 	for _, v := range vs {
 		out = append(out, v.ID)
@@ -87,7 +87,7 @@ func TestTracker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := newTracker(grace)
+			tr := NewTracker(grace)
 			for i, s := range tt.steps {
 				now := t0.Add(s.at)
 				for _, id := range s.touch {
@@ -110,7 +110,7 @@ func TestTracker(t *testing.T) {
 }
 
 func TestForget(t *testing.T) {
-	tr := newTracker(0)
+	tr := NewTracker(0)
 	tr.Touch("a", t0)
 	tr.Scan(t0, nil, nil)
 	v := tr.Scan(t0, nil, nil)
@@ -124,7 +124,7 @@ func TestForget(t *testing.T) {
 }
 
 func TestDue(t *testing.T) {
-	tr := newTracker(0)
+	tr := NewTracker(0)
 	tr.Scan(t0, []string{"a"}, nil)
 	if tr.Due("a") {
 		t.Fatal("due after one scan")

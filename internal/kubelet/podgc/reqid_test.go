@@ -1,4 +1,4 @@
-package deviceplugin
+package podgc
 
 import (
 	"strings"
@@ -9,17 +9,17 @@ import (
 )
 
 func TestDevicePlugin(t *testing.T) {
-	a := requestID("cdi-exec.io/tty", "tty", []string{"tty48", "tty17"})
+	a := RequestID("cdi-exec.io/tty", "tty", []string{"tty48", "tty17"})
 	tests := []struct {
 		name string
 		id   string
 		same bool
 	}{
-		{"order of the ids does not matter", requestID("cdi-exec.io/tty", "tty", []string{"tty17", "tty48"}), true},
-		{"other set", requestID("cdi-exec.io/tty", "tty", []string{"tty17", "tty49"}), false},
-		{"subset", requestID("cdi-exec.io/tty", "tty", []string{"tty17"}), false},
-		{"other resource", requestID("example.com/tty", "tty", []string{"tty17", "tty48"}), false},
-		{"no ambiguity in joining", requestID("cdi-exec.io/tty", "tty", []string{"tty17tty48"}), false},
+		{"order of the ids does not matter", RequestID("cdi-exec.io/tty", "tty", []string{"tty17", "tty48"}), true},
+		{"other set", RequestID("cdi-exec.io/tty", "tty", []string{"tty17", "tty49"}), false},
+		{"subset", RequestID("cdi-exec.io/tty", "tty", []string{"tty17"}), false},
+		{"other resource", RequestID("example.com/tty", "tty", []string{"tty17", "tty48"}), false},
+		{"no ambiguity in joining", RequestID("cdi-exec.io/tty", "tty", []string{"tty17tty48"}), false},
 	}
 	for _, tt := range tests {
 		if (tt.id == a) != tt.same {
@@ -34,21 +34,21 @@ func TestDevicePlugin(t *testing.T) {
 func TestValidUnderGrammar(t *testing.T) {
 	long := strings.Repeat("T", request.MaxTypeLen)
 	for _, typ := range []string{"tty", "gpu", long} {
-		id := requestID("cdi-exec.io/"+typ, typ, []string{"0000:03:00.0", "x_y"})
+		id := RequestID("cdi-exec.io/"+typ, typ, []string{"0000:03:00.0", "x_y"})
 		if err := request.ValidRequestID(id); err != nil {
 			t.Errorf("%s: %v", typ, err)
 		}
 		if caller.CheckOwnID(id) == nil {
 			t.Errorf("%s: %q is not in the reserved namespace", typ, id)
 		}
-		if !madeID(id, typ) {
-			t.Errorf("madeID(%q, %q) = false", id, typ)
+		if !Made(id, typ) {
+			t.Errorf("Made(%q, %q) = false", id, typ)
 		}
 	}
 }
 
 func TestMade(t *testing.T) {
-	id := requestID("cdi-exec.io/tty", "tty", []string{"tty13"})
+	id := RequestID("cdi-exec.io/tty", "tty", []string{"tty13"})
 	tests := []struct {
 		id, typ string
 		want    bool
@@ -63,8 +63,8 @@ func TestMade(t *testing.T) {
 		{"pod-a", "tty", false},
 	}
 	for _, tt := range tests {
-		if got := madeID(tt.id, tt.typ); got != tt.want {
-			t.Errorf("madeID(%q, %q) = %v", tt.id, tt.typ, got)
+		if got := Made(tt.id, tt.typ); got != tt.want {
+			t.Errorf("Made(%q, %q) = %v", tt.id, tt.typ, got)
 		}
 	}
 }

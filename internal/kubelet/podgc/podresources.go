@@ -1,4 +1,4 @@
-package deviceplugin
+package podgc
 
 // This file reads the kubelet's PodResources API (v1) and says
 // which device ids each container holds of each resource.
@@ -17,11 +17,11 @@ import (
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
-// podResourcesSocket is the PodResources socket under the kubelet's root directory.
-const podResourcesSocket = "pod-resources/kubelet.sock"
+// Socket is the PodResources socket under the kubelet's root directory.
+const Socket = "pod-resources/kubelet.sock"
 
-// podContainer is what one container holds of one resource.
-type podContainer struct {
+// Container is what one container holds of one resource.
+type Container struct {
 	Namespace string
 	Pod       string
 	Container string
@@ -29,25 +29,26 @@ type podContainer struct {
 	DeviceIDs []string // sorted, without duplicates
 }
 
-// listPodResources asks the kubelet listening on socket for every pod's devices.
-func listPodResources(ctx context.Context, socket string) ([]podContainer, error) {
+// List asks the kubelet listening on socket for every pod's devices, and
+// how many pods it lists (with devices or not).
+func List(ctx context.Context, socket string) ([]Container, int, error) {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, fmt.Errorf("podresources %s: %w", socket, err)
+		return nil, 0, fmt.Errorf("podresources %s: %w", socket, err)
 	}
 	defer conn.Close()
 	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("podresources %s: %w", socket, err)
+		return nil, 0, fmt.Errorf("podresources %s: %w", socket, err)
 	}
-	return mergePodResources(resp), nil
+	return Merge(resp), len(resp.GetPodResources()), nil
 }
 
-// mergePodResources turns a List answer into one podContainer per pod, container and
+// Merge turns a List answer into one Container per pod, container and
 // resource, in the order they first appear.
-func mergePodResources(resp *v1.ListPodResourcesResponse) []podContainer {
+func Merge(resp *v1.ListPodResourcesResponse) []Container {
 	type key struct{ ns, pod, ctr, res string }
-	var out []podContainer
+	var out []Container
 	at := map[key]int{}
 	for _, p := range resp.GetPodResources() {
 		for _, c := range p.GetContainers() {
@@ -57,7 +58,7 @@ func mergePodResources(resp *v1.ListPodResourcesResponse) []podContainer {
 				if !ok {
 					i = len(out)
 					at[k] = i
-					out = append(out, podContainer{Namespace: k.ns, Pod: k.pod, Container: k.ctr, Resource: k.res})
+					out = append(out, Container{Namespace: k.ns, Pod: k.pod, Container: k.ctr, Resource: k.res})
 				}
 				out[i].DeviceIDs = append(out[i].DeviceIDs, d.GetDeviceIds()...)
 			}
