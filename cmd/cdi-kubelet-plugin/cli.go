@@ -14,6 +14,7 @@ import (
 	"github.com/cdi-exec/plugins/internal/buildinfo"
 	"github.com/cdi-exec/plugins/internal/cdispec"
 	"github.com/cdi-exec/plugins/internal/kubelet/deviceplugin"
+	"github.com/cdi-exec/plugins/internal/kubelet/dra"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -121,6 +122,7 @@ func flags(e env) (*flag.FlagSet, *deviceplugin.Options, *observability) {
 	fs.DurationVar(&opt.Poll, "poll-interval", deviceplugin.DefaultPoll, "how often the plugins' DEVICES are listed")
 	fs.DurationVar(&opt.GCInterval, "gc-interval", deviceplugin.DefaultGCInterval, "how often the kubelet's PodResources are scanned")
 	fs.DurationVar(&opt.Grace, "gc-grace", deviceplugin.DefaultGrace, "how long an allocation must be absent (and unallocated) before it is freed")
+	fs.StringVar(&opt.ClaimStateDir, "claim-state-dir", dra.DefaultStateDir, "the DRA mode's claim records (its --state-dir): claims it prepared of a type that moved to this mode are freed once no pod uses them; empty: none")
 	return fs, opt, obs
 }
 

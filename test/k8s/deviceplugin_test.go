@@ -140,6 +140,7 @@ func startDevicePlugin(t *testing.T, n *Node, bin string, reserved int) *pluginR
 		"device-plugin", "--conf-dir", b.conf, "--type", "tty", "--resource-prefix", "cdi-exec.io",
 		"--kubelet-dir", kubeletDir, "--cdi-spec-dir", n.CDIDir,
 		"--gc-interval", gcInterval.String(), "--gc-grace", gcGrace.String(),
+		"--claim-state-dir", filepath.Join(filepath.Dir(b.state), "dra-state"),
 	}, b.env())
 	return b
 }

@@ -12,19 +12,22 @@ import (
 // pods, and lets every resource free the ids due. When the kubelet cannot
 // be asked, the scan is skipped and counts for nothing.
 func (b *Plugin) collect(ctx context.Context, now time.Time) error {
-	ctrs, _, err := podgc.List(ctx, b.podResources())
+	l, err := podgc.List(ctx, b.podResources())
 	if err != nil {
 		b.log.Warn("gc: cannot list pod resources; scan skipped", "err", err)
 		return err
 	}
 	for _, r := range b.res {
 		live := map[string]bool{}
-		for _, c := range ctrs {
+		for _, c := range l.Containers {
 			if c.Resource == r.name {
 				live[podgc.RequestID(r.name, r.typ, c.DeviceIDs)] = true
 			}
 		}
 		r.collect(ctx, now, live)
+		if l.Pods > 0 { // a kubelet that lists no pod may have just started
+			r.collectClaims(ctx, now, l)
+		}
 	}
 	return nil
 }

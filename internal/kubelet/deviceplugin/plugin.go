@@ -53,7 +53,11 @@ type Options struct {
 	GCInterval time.Duration // how often PodResources is scanned
 	Grace      time.Duration // see gc.go
 	Watch      time.Duration // how often a kubelet restart is checked for
-	Log        *slog.Logger
+	// ClaimStateDir is the DRA mode's claim records (its --state-dir):
+	// the claims it prepared of a type that moved to this mode are freed
+	// once no pod uses them (claims.go). Empty: none are.
+	ClaimStateDir string
+	Log           *slog.Logger
 	// Metrics records the devices published, the allocations freed and
 	// failed polls; New makes its own when it is nil.
 	Metrics *metrics.Metrics
@@ -85,6 +89,7 @@ func New(opt Options) (*Plugin, error) {
 	b := &Plugin{opt: opt, log: opt.Log}
 	for _, t := range slices.Sorted(maps.Keys(byType)) {
 		r := newResource(opt.Prefix+"/"+t, t, byType[t], opt.Caller, opt.Log, opt.Metrics, opt.Grace)
+		r.claims = b.claimRecords(t)
 		b.res = append(b.res, r)
 		b.plugins = append(b.plugins, &Endpoint{
 			Resource: r.name, Dir: b.pluginDir(), Socket: Socket(r.name), Backend: r,
@@ -165,6 +170,7 @@ func (b *Plugin) onRegister(r *resource) func(bool) {
 	return func(again bool) {
 		if again {
 			r.gc.Reset()
+			r.claimGC.Reset()
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 	"github.com/cdi-exec/plugins/internal/kubelet/podgc"
@@ -25,6 +26,10 @@ type resource struct {
 	log     *slog.Logger
 	metrics *metrics.Metrics
 	gc      *podgc.Tracker
+	// claims are the DRA mode's records of the type's claims (claims.go),
+	// nil when there are none to collect; claimGC tracks their UIDs.
+	claims  *claimstate.File
+	claimGC *podgc.Tracker
 	poke    chan struct{} // asks the poll loop for a poll now
 
 	// handout serialises Allocate and the garbage collector's frees, so
@@ -43,7 +48,7 @@ type resource struct {
 func newResource(name, typ string, confs []caller.Config, c caller.Caller, log *slog.Logger, m *metrics.Metrics, grace time.Duration) *resource {
 	return &resource{
 		name: name, typ: typ, confs: confs, caller: c, log: log.With("resource", name), metrics: m,
-		gc: podgc.NewTracker(grace), poke: make(chan struct{}, 1),
+		gc: podgc.NewTracker(grace), claimGC: podgc.NewTracker(grace), poke: make(chan struct{}, 1),
 		poller:  inventory.NewPoller(c, confs, log.With("resource", name)),
 		changed: make(chan struct{}),
 	}

@@ -43,7 +43,7 @@ func (p *Plugin) collectLeftovers(ctx context.Context, now time.Time) {
 	socket := filepath.Join(p.opt.KubeletDir, podgc.Socket)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	ctrs, pods, err := podgc.List(ctx, socket)
+	l, err := podgc.List(ctx, socket)
 	if err != nil {
 		if !p.podResourcesFailing {
 			p.log.Warn("device-plugin ids hold devices, and the kubelet's pod resources cannot be listed; they stay held until it can", "err", err)
@@ -55,13 +55,13 @@ func (p *Plugin) collectLeftovers(ctx context.Context, now time.Time) {
 		p.log.Info("the kubelet's pod resources can be listed again")
 		p.podResourcesFailing = false
 	}
-	if pods == 0 {
+	if l.Pods == 0 {
 		p.log.Debug("the kubelet lists no pods (it may have just started); device-plugin ids scan skipped")
 		return
 	}
 	for _, d := range due {
 		live := map[string]bool{}
-		for _, c := range ctrs {
+		for _, c := range l.Containers {
 			if c.Resource == d.leftovers.resource {
 				live[podgc.RequestID(c.Resource, d.typ, c.DeviceIDs)] = true
 			}

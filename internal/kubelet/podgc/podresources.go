@@ -29,19 +29,28 @@ type Container struct {
 	DeviceIDs []string // sorted, without duplicates
 }
 
-// List asks the kubelet listening on socket for every pod's devices, and
-// how many pods it lists (with devices or not).
-func List(ctx context.Context, socket string) ([]Container, int, error) {
+// Listing is what the kubelet's PodResources List says.
+type Listing struct {
+	Containers []Container // device-plugin devices, merged (Merge)
+	Pods       int         // pods listed, with devices or without
+	// Claims are the ResourceClaims some container of a listed pod uses,
+	// as "<namespace>/<name>" (Claims).
+	Claims map[string]bool
+}
+
+// List asks the kubelet listening on socket for every pod's devices and
+// claims.
+func List(ctx context.Context, socket string) (Listing, error) {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, 0, fmt.Errorf("podresources %s: %w", socket, err)
+		return Listing{}, fmt.Errorf("podresources %s: %w", socket, err)
 	}
 	defer conn.Close()
 	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
 	if err != nil {
-		return nil, 0, fmt.Errorf("podresources %s: %w", socket, err)
+		return Listing{}, fmt.Errorf("podresources %s: %w", socket, err)
 	}
-	return Merge(resp), len(resp.GetPodResources()), nil
+	return Listing{Containers: Merge(resp), Pods: len(resp.GetPodResources()), Claims: Claims(resp)}, nil
 }
 
 // Merge turns a List answer into one Container per pod, container and
@@ -67,6 +76,21 @@ func Merge(resp *v1.ListPodResourcesResponse) []Container {
 	for i := range out {
 		slices.Sort(out[i].DeviceIDs)
 		out[i].DeviceIDs = slices.Compact(out[i].DeviceIDs)
+	}
+	return out
+}
+
+// Claims returns the ResourceClaims the containers of a List answer use
+// (KubeletPodResourcesDynamicResources, on by default since 1.34), as
+// "<namespace>/<name>".
+func Claims(resp *v1.ListPodResourcesResponse) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDynamicResources() {
+				out[d.GetClaimNamespace()+"/"+d.GetClaimName()] = true
+			}
+		}
 	}
 	return out
 }
