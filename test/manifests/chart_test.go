@@ -16,6 +16,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 )
 
@@ -184,8 +185,8 @@ func TestChartValues(t *testing.T) {
 		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
 			t.Errorf("update strategy %+v, want no surge with a host port", ds.Spec.UpdateStrategy)
 		}
-		if n := count[*admissionv1.ValidatingAdmissionPolicy](objs); n != 1 {
-			t.Errorf("%d admission policies", n)
+		if n := count[*admissionv1.ValidatingAdmissionPolicy](objs); n != 2 {
+			t.Errorf("%d admission policies, want the slices' and the claim status's", n)
 		}
 	})
 	t.Run("device-plugin", func(t *testing.T) {
@@ -265,7 +266,7 @@ func TestChartValues(t *testing.T) {
 				t.Errorf("DeviceClass %s: extendedResourceName %q, set empty", dc.Name, *dc.Spec.ExtendedResourceName)
 			}
 		}
-		vap := find[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+		vap := policy(t, objs, "cdi-resourceslices")
 		if last := vap.Spec.Validations[len(vap.Spec.Validations)-1].Expression; !strings.Contains(last, "'.example.com'") {
 			t.Errorf("the policy's driver check %q is not for the suffix", last)
 		}
@@ -309,6 +310,58 @@ func TestChartRefuses(t *testing.T) {
 	} {
 		if out, err := template(t, tt.values...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: %v, want an error naming %s\n%s", tt.values, err, tt.want, out)
+		}
+	}
+}
+
+// policy returns the ValidatingAdmissionPolicy named name.
+func policy(t *testing.T, objs []Object, name string) *admissionv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	for _, o := range objs {
+		if p, ok := o.Obj.(*admissionv1.ValidatingAdmissionPolicy); ok && p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("no ValidatingAdmissionPolicy %s", name)
+	return nil
+}
+
+// TestChartClaimStatusRBAC: the driver writes claims' status.devices; from
+// 1.36, where the API server authorizes them per driver, it gets
+// resourceclaims/driver for its own drivers and only with the
+// associated-node verbs, and on 1.35 it has no such rule (the admission
+// policy of the claim status covers that release).
+func TestChartClaimStatusRBAC(t *testing.T) {
+	for _, tt := range []struct {
+		kube string
+		want bool
+	}{{"--kube-version=1.35.4", false}, {"--kube-version=1.36.0", true}, {"--kube-version=1.37.2", true}} {
+		objs := rendering(t, tt.kube, "driverSuffix=example.com")
+		var driverRule *rbacv1.PolicyRule
+		status := false
+		for _, r := range find[*rbacv1.ClusterRole](t, objs).Rules {
+			switch {
+			case slices.Equal(r.Resources, []string{"resourceclaims/driver"}):
+				driverRule = &r
+			case slices.Equal(r.Resources, []string{"resourceclaims/status"}) && slices.Equal(r.Verbs, []string{"patch"}):
+				status = true
+			}
+		}
+		if !status {
+			t.Errorf("%s: no patch of resourceclaims/status", tt.kube)
+		}
+		if (driverRule != nil) != tt.want {
+			t.Fatalf("%s: resourceclaims/driver rule %+v, want one: %v", tt.kube, driverRule, tt.want)
+		}
+		if driverRule != nil {
+			if !slices.Equal(driverRule.Verbs, []string{"associated-node:patch", "associated-node:update"}) ||
+				!slices.Equal(driverRule.ResourceNames, []string{"gpu.example.com", "tty.example.com"}) {
+				t.Errorf("%s: resourceclaims/driver rule %+v", tt.kube, driverRule)
+			}
+		}
+		p := policy(t, objs, "cdi-claimstatus")
+		if r := p.Spec.MatchConstraints.ResourceRules; len(r) != 1 || !slices.Equal(r[0].Resources, []string{"resourceclaims/status"}) {
+			t.Errorf("%s: the claim status policy matches %+v", tt.kube, r)
 		}
 	}
 }

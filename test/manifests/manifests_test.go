@@ -69,7 +69,9 @@ func TestDecode(t *testing.T) {
 			"40-deviceclasses.yaml: DeviceClass gpu.cdi-exec.io",
 			"40-deviceclasses.yaml: DeviceClass tty.cdi-exec.io",
 			"50-admissionpolicy.yaml: ValidatingAdmissionPolicy cdi-resourceslices",
+			"50-admissionpolicy.yaml: ValidatingAdmissionPolicy cdi-claimstatus",
 			"50-admissionpolicy.yaml: ValidatingAdmissionPolicyBinding cdi-resourceslices",
+			"50-admissionpolicy.yaml: ValidatingAdmissionPolicyBinding cdi-claimstatus",
 		}},
 		{"device-plugin", []string{"daemonset.yaml: DaemonSet cdi-device-plugin"}},
 		{"example", []string{
@@ -157,6 +159,8 @@ func TestDRADeployment(t *testing.T) {
 	}
 	want := []string{
 		"[resource.k8s.io] [resourceslices] [list watch create update delete]",
+		"[resource.k8s.io] [resourceclaims/status] [patch]",
+		"[resource.k8s.io] [resourceclaims/driver] [associated-node:patch associated-node:update]",
 		"[resource.k8s.io] [resourceclaims] [get]",
 		"[] [nodes] [get]",
 		"[events.k8s.io] [events] [create update patch]",
