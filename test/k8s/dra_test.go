@@ -392,7 +392,14 @@ func (d *draRun) freeTTYs() []string {
 // exactly the free ttys, and returns them.
 func (d *draRun) waitSlice(ctx context.Context, t *testing.T) []string {
 	t.Helper()
-	want := d.freeTTYs()
+	return d.waitSliceOf(ctx, t, d.freeTTYs())
+}
+
+// waitSliceOf waits until the node's ResourceSlices of the tty driver list
+// exactly want, sorted, and returns them.
+func (d *draRun) waitSliceOf(ctx context.Context, t *testing.T, want []string) []string {
+	t.Helper()
+	want = slices.Sorted(slices.Values(want))
 	var names []string
 	err := waitFor(ctx, "the driver's ResourceSlice", func(ctx context.Context) error {
 		var l resourceapi.ResourceSliceList
