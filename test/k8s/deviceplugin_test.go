@@ -236,11 +236,16 @@ func (b *pluginRun) allocations(ctx context.Context, t *testing.T) []allocation 
 
 // specs returns the distinct device node paths of each CDI spec file in
 // the node's spec dir (the request's own device and each device's entry
-// name the same nodes).
+// name the same nodes), leaving out the kubelet plugin helper's specs of
+// device metadata (<driver>_metadata_<claim UID>_<request>.json), which
+// mount files and name no nodes.
 func (b *pluginRun) specs(t *testing.T) map[string][]string {
 	files, _ := filepath.Glob(filepath.Join(b.n.CDIDir, "*"))
 	out := map[string][]string{}
 	for _, f := range files {
+		if strings.Contains(filepath.Base(f), "_metadata_") {
+			continue
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
