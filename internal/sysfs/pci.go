@@ -87,6 +87,35 @@ func VFs(pf *Dir, count int) []string {
 	return out
 }
 
+// VFAddr returns the address VF k (0-based) of the PF at addr will have,
+// from the PF's sriov_offset and sriov_stride, as the kernel's
+// pci_iov_virtfn_bus and pci_iov_virtfn_devfn compute it: VF k's routing
+// ID (bus << 8 | devfn) is the PF's plus offset + k × stride.
+func VFAddr(pf *Dir, addr string, k int) (string, error) {
+	offset, err := pf.Attr("sriov_offset")
+	if err != nil {
+		return "", err
+	}
+	stride, err := pf.Attr("sriov_stride")
+	if err != nil {
+		return "", err
+	}
+	var o, s int
+	if _, err := fmt.Sscanf(offset+" "+stride, "%d %d", &o, &s); err != nil {
+		return "", fmt.Errorf("sriov_offset %q, sriov_stride %q: %w", offset, stride, err)
+	}
+	var dom, bus, dev, fn int
+	if _, err := fmt.Sscanf(addr, "%04x:%02x:%02x.%x", &dom, &bus, &dev, &fn); err != nil {
+		return "", fmt.Errorf("PCI address %q: %w", addr, err)
+	}
+	rid := bus<<8 | dev<<3 | fn
+	rid += o + k*s
+	if rid > 0xffff {
+		return "", fmt.Errorf("VF %d of %s is past the last bus", k, addr)
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%x", dom, rid>>8, rid>>3&0x1f, rid&7), nil
+}
+
 // VFsSettled reports whether a PF's VF links are what sriov_numvfs = n
 // leaves once the kernel and udev are done: exactly virtfn0..virtfn(n-1),
 // each pointing at a present device, and no virtfnK for n <= K < total.

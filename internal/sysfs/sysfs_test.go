@@ -365,3 +365,44 @@ func TestReadlinkat(t *testing.T) {
 		}
 	}
 }
+
+// VFAddr follows the kernel's routing-ID arithmetic: offset and stride
+// from the PF, carrying into the device number and the bus.
+func TestVFAddr(t *testing.T) {
+	for _, tt := range []struct {
+		pf             string
+		offset, stride string
+		k              int
+		want           string
+	}{
+		{"0000:03:00.0", "1", "1", 0, "0000:03:00.1"},
+		{"0000:03:00.0", "1", "1", 7, "0000:03:01.0"},
+		{"0000:3b:00.0", "128", "2", 1, "0000:3b:10.2"}, // an X710's VFs
+		{"0000:3b:00.1", "127", "2", 0, "0000:3b:10.0"},
+		{"0000:3b:00.0", "256", "1", 0, "0000:3c:00.0"}, // on the next bus
+	} {
+		dir := t.TempDir()
+		for name, v := range map[string]string{"sriov_offset": tt.offset + "\n", "sriov_stride": tt.stride + "\n"} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := VFAddr(d, tt.pf, tt.k)
+		d.Close()
+		if err != nil || got != tt.want {
+			t.Errorf("VFAddr(%s offset %s stride %s, %d) = %q, %v; want %s", tt.pf, tt.offset, tt.stride, tt.k, got, err, tt.want)
+		}
+	}
+	d, err := OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := VFAddr(d, "0000:03:00.0", 0); err == nil {
+		t.Error("a PF without sriov_offset gave an address")
+	}
+}

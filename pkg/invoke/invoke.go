@@ -156,7 +156,7 @@ func Run(ctx context.Context, c Call) (*Reply, error) {
 // grandchild holding stdout open cannot keep the caller waiting.
 func command(ctx context.Context, bin string, c Call, stdout, stderr *bytes.Buffer) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = mergeEnv(os.Environ(), c.Env)
+	cmd.Env = mergeEnv(os.Environ(), c.env())
 	cmd.Stdin = bytes.NewReader(c.Config)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -168,6 +168,22 @@ func command(ctx context.Context, bin string, c Call, stdout, stderr *bytes.Buff
 	}
 	cmd.WaitDelay = 2 * time.Second
 	return cmd
+}
+
+// env is what the plugin's environment overrides: the call's Env, with
+// CDI_PATH set to the path the plugin was found on unless Env sets it, so
+// that a plugin chain-loading delegates looks where its caller looked
+// (as CNI hands its plugins CNI_PATH).
+func (c Call) env() []string {
+	if c.Path == "" {
+		return c.Env
+	}
+	for _, kv := range c.Env {
+		if strings.HasPrefix(kv, protocol.EnvPath+"=") {
+			return c.Env
+		}
+	}
+	return append([]string{protocol.EnvPath + "=" + c.Path}, c.Env...)
 }
 
 // mergeEnv returns base with every variable named in over replaced.

@@ -171,3 +171,23 @@ func TestMergeEnv(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// A plugin learns where it was found through CDI_PATH, so that its own
+// delegates come from the same directories; a CDI_PATH the call sets wins.
+func TestRunPassesPath(t *testing.T) {
+	dir := t.TempDir()
+	script(t, dir, "path", `cat >/dev/null; printf '{"cdiVersion":"0.0.2","path":"%s"}' "$CDI_PATH"`)
+	t.Setenv("CDI_PATH", "/elsewhere")
+	for _, tt := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, dir},
+		{[]string{"CDI_PATH=/set:" + dir}, "/set:" + dir},
+	} {
+		r, err := Run(context.Background(), Call{Plugin: "path", Path: dir, Env: tt.env, Config: []byte(`{}`)})
+		if err != nil || string(r.Object["path"]) != `"`+tt.want+`"` {
+			t.Fatalf("env %v: the plugin sees CDI_PATH %s (%v), want %s", tt.env, r.Object["path"], err, tt.want)
+		}
+	}
+}

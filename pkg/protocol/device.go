@@ -27,4 +27,7 @@ type DeviceInfo struct {
 	// NVIDIA GPU's "GPU-..." from /proc/driver/nvidia/gpus/<addr>/information),
 	// as NVIDIA's own DRA driver publishes it.
 	UUID string `json:"uuid,omitempty"`
+	// PhysFn is, for an SR-IOV VF, the PCI address of its PF: the VFs of
+	// one PF share what the PF can have (the DRA mode's shared counters).
+	PhysFn string `json:"physfn,omitempty"`
 }

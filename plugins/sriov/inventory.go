@@ -77,20 +77,47 @@ func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 	var out []protocol.DeviceInfo
 	for _, f := range pfs {
 		vfs := p.vfStates(f)
-		f.dir.Close()
 		if len(vfs) == 0 {
-			out = append(out, p.info(f.addr, protocol.DeviceInfo{Nodes: []string{}, NUMA: f.numa,
-				Reason: fmt.Sprintf("a PF without VFs: the next ADD creates %d", min(p.numVFs, f.total))}))
+			out = append(out, p.toBe(f)...)
 		}
+		f.dir.Close()
 		for _, v := range vfs {
 			nodes := []string{}
 			if p.delegate == nil && v.group != "" {
 				nodes = append(nodes, "/dev/vfio/"+v.group)
 			}
-			out = append(out, p.info(v.addr, protocol.DeviceInfo{Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason}))
+			out = append(out, p.info(v.addr, protocol.DeviceInfo{Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason, PhysFn: f.addr}))
 		}
 	}
 	return out, nil
+}
+
+// toBe lists what a PF without VFs offers: the VFs the next ADD creates
+// on it, under the addresses they will have (sysfs.VFAddr), so that a
+// caller that picks devices itself (the DRA mode) can name them in a
+// pinned ADD, which creates them. That holds when ADD can make a new VF
+// usable at once: with a delegate, which judges its own devices, or with
+// vf_driver, which ADD binds. Otherwise, and when the PF does not say
+// where its VFs go, the PF itself is listed, unusable, saying what ADD
+// will do.
+func (p *plugin) toBe(f pf) []protocol.DeviceInfo {
+	n := min(p.numVFs, f.total)
+	if p.delegate != nil || p.vfDriver != "" {
+		var out []protocol.DeviceInfo
+		for k := range n {
+			addr, err := sysfs.VFAddr(f.dir, f.addr, k)
+			if err != nil {
+				out = nil
+				break
+			}
+			out = append(out, protocol.DeviceInfo{Key: addr, Nodes: []string{}, NUMA: f.numa, Usable: true, PhysFn: f.addr})
+		}
+		if out != nil {
+			return out
+		}
+	}
+	return []protocol.DeviceInfo{p.info(f.addr, protocol.DeviceInfo{Nodes: []string{}, NUMA: f.numa,
+		Reason: fmt.Sprintf("a PF without VFs: the next ADD creates %d", n)})}
 }
 
 // info completes a PCI function's inventory entry with its key and ids.

@@ -376,3 +376,42 @@ func TestSRIOVGC(t *testing.T) {
 		t.Fatalf("delegate records: %v", recs)
 	}
 }
+
+// Before the first ADD, with a delegate, DEVICES lists the VFs the PF
+// will have, under the addresses they will get (the PF's sriov_offset and
+// sriov_stride), usable and naming their PF; a pinned ADD of one of them
+// creates the VFs and hands out exactly that one, as the DRA mode asks.
+func TestSRIOVDevicesBeforePartitioning(t *testing.T) {
+	n := sriovNode(t, sriovHost())
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":4,` + drmDelegate + `}`)
+	var got []string
+	for _, d := range n.sriovDevices(conf) {
+		if !d.Usable || d.PhysFn != "0000:03:00.0" || d.HeldBy != "" {
+			t.Fatalf("a VF to be created: %+v", d)
+		}
+		got = append(got, d.Key)
+	}
+	if strings.Join(got, " ") != "0000:03:00.1 0000:03:00.2 0000:03:00.3 0000:03:00.4" {
+		t.Fatalf("DEVICES before partitioning: %v", got)
+	}
+	if n.numVFs("0000:03:00.0") != "0" {
+		t.Fatal("DEVICES partitioned the PF")
+	}
+	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=pinned", "CDI_REQUEST_DEVICES=0000:03:00.3")
+	if r.status != 0 || strings.Join(r.devices(t), " ") != "/dev/dri/renderD162" {
+		t.Fatalf("pinned ADD of a VF to be created: %s %s", r.stdout, r.stderr)
+	}
+	if n.numVFs("0000:03:00.0") != "4" {
+		t.Fatalf("numvfs = %s", n.numVFs("0000:03:00.0"))
+	}
+	var held []string
+	for _, d := range n.sriovDevices(conf) {
+		if d.PhysFn != "0000:03:00.0" {
+			t.Fatalf("VF %s names its PF %q", d.Key, d.PhysFn)
+		}
+		held = append(held, d.Key+"="+d.HeldBy)
+	}
+	if strings.Join(held, " ") != "0000:03:00.1= 0000:03:00.2= 0000:03:00.3=pinned 0000:03:00.4=" {
+		t.Fatalf("DEVICES after the pinned ADD: %v", held)
+	}
+}

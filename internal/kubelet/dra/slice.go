@@ -10,6 +10,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
@@ -112,6 +113,9 @@ func (d *driver) offer(inv inventory.Inventory, answers [][]protocol.DeviceInfo,
 			continue
 		}
 		sd := resourceapi.Device{Name: name, Attributes: attributes(dev)}
+		if dev.PhysFn != "" {
+			sd.ConsumesCounters, _ = consumesPF(dev.PhysFn)
+		}
 		d.known[name] = sd
 		out = append(out, sd)
 	}
@@ -257,28 +261,86 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 
 // publish hands the offered devices to the helper's slice controller,
 // which writes them to the API server in the background: one pool named
-// after the node, in slices of at most ResourceSliceMaxDevices.
+// after the node (pool, below).
 func (d *driver) publish(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.helper == nil {
 		return nil
 	}
-	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{}}}
-	for i, dev := range d.offered {
-		if i > 0 && i%resourceapi.ResourceSliceMaxDevices == 0 {
-			pool.Slices = append(pool.Slices, resourceslice.Slice{})
-		}
-		last := &pool.Slices[len(pool.Slices)-1]
-		last.Devices = append(last.Devices, dev)
-	}
-	err := d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.node: pool}})
+	p := pool(d.offered)
+	err := d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.node: p}})
 	if err != nil {
 		return err
 	}
 	d.published = true
-	d.log.Info("slice published", "devices", len(d.offered), "slices", len(pool.Slices))
+	d.log.Info("slice published", "devices", len(d.offered), "slices", len(p.Slices))
 	return nil
+}
+
+// pool lays the devices out in slices: first the counter sets the devices
+// consume, at most ResourceSliceMaxCounterSets a slice (a slice holds
+// counter sets or devices, never both), then the devices, at most
+// ResourceSliceMaxDevices a slice, or ResourceSliceMaxDevicesWithAdvancedFeatures
+// when any has a taint or consumes counters. Without devices it is one
+// empty slice, which says that the node has none.
+func pool(devs []resourceapi.Device) resourceslice.Pool {
+	var p resourceslice.Pool
+	sets := counterSets(devs)
+	for i := 0; i < len(sets); i += resourceapi.ResourceSliceMaxCounterSets {
+		p.Slices = append(p.Slices, resourceslice.Slice{SharedCounters: sets[i:min(i+resourceapi.ResourceSliceMaxCounterSets, len(sets))]})
+	}
+	per := resourceapi.ResourceSliceMaxDevices
+	for _, dev := range devs {
+		if len(dev.Taints) > 0 || len(dev.ConsumesCounters) > 0 {
+			per = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+			break
+		}
+	}
+	for i := 0; i < len(devs); i += per {
+		p.Slices = append(p.Slices, resourceslice.Slice{Devices: devs[i:min(i+per, len(devs))]})
+	}
+	if len(devs) == 0 {
+		p.Slices = append(p.Slices, resourceslice.Slice{})
+	}
+	return p
+}
+
+// counterVFs is the counter of a PF's counter set: how many VFs it can
+// have. Each of its VFs consumes one.
+const counterVFs = "vfs"
+
+// consumesPF makes a VF of the PF pf (its key) consume one of the PF's VFs
+// (KEP-4815, partitionable devices), so that the scheduler never
+// allocates more VFs of a PF than it can have.
+func consumesPF(pf string) ([]resourceapi.DeviceCounterConsumption, bool) {
+	set, err := devname.Name(pf)
+	if err != nil {
+		return nil, false
+	}
+	return []resourceapi.DeviceCounterConsumption{{
+		CounterSet: set, Counters: map[string]resourceapi.Counter{counterVFs: {Value: *apiresource.NewQuantity(1, apiresource.DecimalSI)}},
+	}}, true
+}
+
+// counterSets are the counter sets the devices consume, in name order: a
+// PF's holds as many VFs as the devices that consume it, which is what
+// the plugin lists of the PF (the VFs its config gives it).
+func counterSets(devs []resourceapi.Device) []resourceapi.CounterSet {
+	count := map[string]int64{}
+	for _, dev := range devs {
+		for _, c := range dev.ConsumesCounters {
+			q := c.Counters[counterVFs].Value
+			count[c.CounterSet] += q.Value()
+		}
+	}
+	var out []resourceapi.CounterSet
+	for _, name := range slices.Sorted(maps.Keys(count)) {
+		out = append(out, resourceapi.CounterSet{Name: name, Counters: map[string]resourceapi.Counter{
+			counterVFs: {Value: *apiresource.NewQuantity(count[name], apiresource.DecimalSI)},
+		}})
+	}
+	return out
 }
 
 // poll refreshes the devices every interval until ctx ends.
