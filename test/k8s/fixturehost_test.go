@@ -38,14 +38,28 @@ type fixtureRun struct {
 
 // newFixtureRun starts a cluster and deploys the chart's DRA mode with
 // types, each "<type>" → its plugin config, on host, and waits until the
-// driver serves and every type's slice lists want[type].
-func newFixtureRun(t *testing.T, bound time.Duration, host fixture.Host, types map[string]string, want map[string][]string) (context.Context, *fixtureRun) {
+// driver serves and every type's slice lists want[type]. With kernel, the
+// simulated kernel (fixture.StartKernel) runs on the host's sysfs as long
+// as the test, making the VFs the driver's sriov writes ask for.
+func newFixtureRun(t *testing.T, bound time.Duration, host fixture.Host, kernel bool, types map[string]string, want map[string][]string) (context.Context, *fixtureRun) {
 	t.Helper()
 	preflight(t, "helm")
 	ctx, d := newDRARun(t, bound)
 	f := &fixtureRun{draRun: d, root: filepath.Join(d.c.Dir, "fixture-host"), types: types}
 	if err := host.Build(f.root); err != nil {
 		t.Fatal(err)
+	}
+	if kernel {
+		k, err := fixture.StartKernel(f.root, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			k.Stop()
+			if r := k.Refused(); len(r) > 0 {
+				t.Errorf("the simulated kernel refused writes: %v", r)
+			}
+		})
 	}
 	d.loadImage(ctx, t)
 	d.apply(ctx, t, f.manifests(ctx, t))
@@ -113,23 +127,24 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 	return list
 }
 
-// pointAtFixture makes the DaemonSet's /sys and /dev volumes the
-// fixture's.
+// pointAtFixture makes the DaemonSet's volumes of the host's /sys and
+// /dev (or of directories below them) the fixture's.
 func (f *fixtureRun) pointAtFixture(t *testing.T, ds *appsv1.DaemonSet) {
 	t.Helper()
-	moved := 0
+	moved := map[string]bool{}
 	for _, v := range ds.Spec.Template.Spec.Volumes {
 		if v.HostPath == nil {
 			continue
 		}
-		switch v.HostPath.Path {
-		case "/sys", "/dev":
-			v.HostPath.Path = filepath.Join(f.root, v.HostPath.Path)
-			moved++
+		for _, top := range []string{"/sys", "/dev"} {
+			if p := v.HostPath.Path; p == top || strings.HasPrefix(p, top+"/") {
+				v.HostPath.Path = filepath.Join(f.root, p)
+				moved[top] = true
+			}
 		}
 	}
-	if moved != 2 {
-		t.Fatalf("the DaemonSet has %d of the host volumes /sys and /dev: %+v", moved, ds.Spec.Template.Spec.Volumes)
+	if !moved["/sys"] || !moved["/dev"] {
+		t.Fatalf("the DaemonSet has no host volume of /sys or /dev: %+v", ds.Spec.Template.Spec.Volumes)
 	}
 }
 

@@ -32,7 +32,7 @@ func numaHost() fixture.Host {
 // node, and its pod sees both; a GPU selected by the standard attribute
 // is that node's.
 func TestClusterDRANUMA(t *testing.T) {
-	ctx, f := newFixtureRun(t, 30*time.Minute, numaHost(), map[string]string{
+	ctx, f := newFixtureRun(t, 30*time.Minute, numaHost(), false, map[string]string{
 		"gpu":    `{"cdiVersion": "0.0.2", "name": "GPUs", "type": "gpu", "plugin": "drm"}`,
 		"serial": `{"cdiVersion": "0.0.2", "name": "USB serial", "type": "serial", "plugin": "generic-tty", "args": {"pattern": "ttyUSB"}}`,
 	}, map[string][]string{
