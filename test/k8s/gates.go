@@ -14,9 +14,11 @@ import (
 
 // draGates are the feature gates of what the suite drives (docs/kubernetes.md,
 // "Feature gates"): admin access, prioritized lists (firstAvailable),
-// device taints, extended resources through DRA and the health of
-// allocated devices in the pod's status.
-var draGates = []string{"DRAAdminAccess", "DRAPrioritizedList", "DRADeviceTaints", "DRAExtendedResource", "ResourceHealthStatus"}
+// device taints, extended resources through DRA, the health of
+// allocated devices in the pod's status, partitionable devices (SR-IOV
+// VFs consuming their PF's counters) and claim device status.
+var draGates = []string{"DRAAdminAccess", "DRAPrioritizedList", "DRADeviceTaints", "DRAExtendedResource", "ResourceHealthStatus",
+	"DRAPartitionableDevices", "DRAResourceClaimDeviceStatus"}
 
 // gateLine is how a component's --help lists a gate that can still be
 // set: "DRADeviceTaints=true|false (BETA - default=false)". Gates that
