@@ -15,6 +15,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -116,7 +117,13 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The namespace is deploy/'s own (helm makes it with --create-namespace).
 	var list []runtime.Object
+	for _, o := range deployObjects(t, ".") {
+		if ns, ok := o.Obj.(*corev1.Namespace); ok {
+			list = append(list, ns)
+		}
+	}
 	for _, o := range objs {
 		if ds, ok := o.Obj.(*appsv1.DaemonSet); ok {
 			f.pointAtFixture(t, ds)
