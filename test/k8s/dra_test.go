@@ -315,6 +315,13 @@ var metaList = metav1.TypeMeta{APIVersion: "v1", Kind: "List"}
 // the driver on the node, and returns its name.
 func (d *draRun) waitDriver(ctx context.Context, t *testing.T, old string) string {
 	t.Helper()
+	return d.waitDriverOf(ctx, t, old, draDriver)
+}
+
+// waitDriverOf is waitDriver for a deployment that serves driver (and
+// maybe not the tty driver).
+func (d *draRun) waitDriverOf(ctx context.Context, t *testing.T, old, driver string) string {
+	t.Helper()
 	var name string
 	err := waitFor(ctx, "the DaemonSet's pod to run the driver", func(ctx context.Context) error {
 		var l corev1.PodList
@@ -339,7 +346,7 @@ func (d *draRun) waitDriver(ctx context.Context, t *testing.T, old string) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.waitLog(ctx, t, name, `"serving" driver="`+draDriver+`"`)
+	d.waitLog(ctx, t, name, `"serving" driver="`+driver+`"`)
 	return name
 }
 

@@ -64,7 +64,11 @@ func newFixtureRun(t *testing.T, bound time.Duration, host fixture.Host, kernel 
 	}
 	d.loadImage(ctx, t)
 	d.apply(ctx, t, f.manifests(ctx, t))
-	pod := d.waitDriver(ctx, t, "")
+	var last string
+	for typ := range types {
+		last = max(last, typ+".cdi-exec.io")
+	}
+	pod := d.waitDriverOf(ctx, t, "", last) // the drivers start in name order
 	for typ, names := range want {
 		f.waitDevices(ctx, t, typ, names)
 	}
