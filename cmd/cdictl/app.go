@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +33,9 @@ const (
 // env is the process state cdictl runs against, injected for tests.
 type env struct {
 	getenv func(string) string
+	// environ lists the environment, to warn about misspelt CDI_*
+	// variables; nil in tests that need no such warning.
+	environ func() []string
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -102,9 +107,18 @@ func newRoot(e env) (*cobra.Command, *int) {
 		for _, group := range c.exclusive {
 			cc.MarkFlagsMutuallyExclusive(group...)
 		}
-		cc.RunE = func(_ *cobra.Command, args []string) error {
+		cc.RunE = func(cmd *cobra.Command, args []string) error {
 			if envErr != nil {
 				fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", envErr)
+			}
+			if e.environ != nil {
+				environ := e.environ()
+				if cmd.Flags().Changed("state-dir") {
+					environ = append(environ, protocol.EnvStateDir+"="+a.cfg.StateDir)
+				}
+				for _, w := range protocol.EnvNearMisses(environ) {
+					fmt.Fprintf(a.stderr, "cdictl: warning: %s\n", w)
+				}
 			}
 			switch a.output {
 			case "json", "yaml", "table", "wide":
@@ -291,7 +305,7 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 		dir = a.cfg.ConfDir
 	}
 	if len(all) == 0 {
-		return nil, protocol.NewError(protocol.CodeSpecUnsupported, "no usable plugin config: none in "+filepath.Join(dir, "*.d", "*.conf"))
+		return nil, a.noConfig(dir)
 	}
 	if len(types) == 0 {
 		return all, nil
@@ -308,6 +322,27 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 		}
 	}
 	return slices.DeleteFunc(all, func(c caller.Config) bool { return !slices.Contains(types, c.Type) }), nil
+}
+
+// noConfig is the error for a config directory without a usable config.
+// A directory that is not there is code 101 (the node's configuration),
+// named with the two ways to fix it; one that is there but holds no
+// usable config is code 4, naming the files searched.
+func (a *app) noConfig(dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		what := "does not exist"
+		if err == nil {
+			what = "is not a directory"
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			what = "cannot be read: " + err.Error()
+		}
+		return protocol.Errorf(protocol.CodeInvalidConfig,
+			"config directory %s %s: install the shipped configs there (make install-conf, or the .deb), or set %s (or --conf-dir) to a directory of <type>.d/*.conf",
+			dir, what, protocol.EnvConfDir)
+	}
+	return protocol.NewError(protocol.CodeSpecUnsupported, fmt.Sprintf(
+		"no usable plugin config: none in %s (make install-conf installs the shipped ones; %s or --conf-dir sets the directory)",
+		filepath.Join(dir, "*.d", "*.conf"), protocol.EnvConfDir))
 }
 
 // folderType is the resource type of the <type>.d folder that holds the

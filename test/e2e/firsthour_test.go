@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// liveState is the node's live state directory, which no test may touch.
+const liveState = "/var/lib/cdi"
+
+// statLive describes the live state directory, to check that a test left
+// it as it was: absent, or there with the same modification time.
+func statLive(t *testing.T) string {
+	t.Helper()
+	fi, err := os.Stat(liveState)
+	if err != nil {
+		return "absent"
+	}
+	return fi.ModTime().String()
+}
+
+// A misspelt CDI_* variable is named with the one meant, by cdictl and by
+// a plugin; a misspelt CDI_STATE_DIR says that the live /var/lib/cdi is
+// the state directory. The commands stop before any store is opened, so
+// the live directory is never touched.
+func TestMisspeltVariablesWarn(t *testing.T) {
+	n := newCtlNode(t, ctlHost(), ctlConfs)
+	before := statLive(t)
+	base := []string{"CDI_HOST_ROOT=" + n.root, "CDI_PATH=" + binDir, "PATH=" + os.Getenv("PATH")}
+	missing := filepath.Join(t.TempDir(), "none")
+
+	// cdictl, with the state directory misspelt and no config directory:
+	// it fails on the configs, before any plugin or store.
+	r := runArgs(t, filepath.Join(binDir, "cdictl"), []string{"info", "-o", "table"},
+		append(base, "CDI_STAT_DIR="+n.state, "CDI_CONF_DIR="+missing, "CDI_PATHS=/x"))
+	for _, want := range []string{
+		"cdictl: warning: CDI_STAT_DIR is set, but no program of the suite reads it: did you mean CDI_STATE_DIR? CDI_STATE_DIR is not set, so the state directory is the node's own /var/lib/cdi",
+		"cdictl: warning: CDI_PATHS is set, but no program of the suite reads it: did you mean CDI_PATH?",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("cdictl: stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	// --state-dir is the state directory: no word of the live one.
+	r = runArgs(t, filepath.Join(binDir, "cdictl"), []string{"info", "--state-dir", n.state},
+		append(base, "CDI_STAT_DIR="+n.state, "CDI_CONF_DIR="+missing))
+	if !strings.Contains(r.stderr, "did you mean CDI_STATE_DIR?") || strings.Contains(r.stderr, "/var/lib/cdi") {
+		t.Errorf("cdictl --state-dir: %s", r.stderr)
+	}
+
+	// A plugin, with a relative host root so that it stops (code 101)
+	// right after reading its environment.
+	conf := ctlConfs["tty.d/generic-tty.conf"]
+	r = runPlugin(t, "generic-tty", conf, []string{"CDI_COMMAND=INFO", "CDI_HOST_ROOT=relative", "CDI_STATEDIR=" + n.state, "CDI_REQUESTID=1"})
+	for _, want := range []string{
+		"generic-tty: warning: CDI_STATEDIR is set, but no program of the suite reads it: did you mean CDI_STATE_DIR? CDI_STATE_DIR is not set, so the state directory is the node's own /var/lib/cdi",
+		"generic-tty: warning: CDI_REQUESTID is set, but no program of the suite reads it: did you mean CDI_REQUEST_ID?",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("plugin: stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if r.status == 0 {
+		t.Errorf("plugin with a relative host root succeeded: %s", r.stdout)
+	}
+	// Set right, nothing is said.
+	r = runPlugin(t, "generic-tty", conf, []string{"CDI_COMMAND=INFO", "CDI_HOST_ROOT=" + n.root, "CDI_STATE_DIR=" + n.state, "CDI_TEST_BIN_DIR=/x"})
+	if r.status != 0 || r.stderr != "" {
+		t.Errorf("plugin, variables right: %d %q", r.status, r.stderr)
+	}
+	if after := statLive(t); after != before {
+		t.Fatalf("%s changed: %s, then %s", liveState, before, after)
+	}
+}
+
+// runPlugin runs a plugin binary with exactly env and the config on stdin.
+func runPlugin(t *testing.T, plugin, conf string, env []string) result {
+	t.Helper()
+	return runBin(t, filepath.Join(binDir, plugin), conf, env)
+}
+
+// A config directory that is not there is named with the two ways to fix
+// it, not "resource-spec unsupported"; a plugin that is not found names
+// CDI_PATH.
+func TestMissingConfigDirAndPlugin(t *testing.T) {
+	n := newCtlNode(t, ctlHost(), ctlConfs)
+	missing := filepath.Join(t.TempDir(), "none")
+	r := n.ctl("info", "--conf-dir", missing)
+	var e struct {
+		Code         int
+		Msg, Details string
+	}
+	r.json(t, &e)
+	want := "config directory " + missing + " does not exist: install the shipped configs there (make install-conf, or the .deb), or set CDI_CONF_DIR (or --conf-dir) to a directory of <type>.d/*.conf"
+	if r.status != 1 || e.Code != 101 || e.Details != want || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "resource-spec unsupported") {
+		t.Errorf("missing config dir: %d %s\n%s", r.status, r.stdout, r.stderr)
+	}
+	r = n.ctl("info", "-o", "table", "--path", missing)
+	if !strings.Contains(r.stderr, `plugin not found: "drm" in `+missing+" (the search path, CDI_PATH)") {
+		t.Errorf("plugin not found: %s", r.stderr)
+	}
+}
