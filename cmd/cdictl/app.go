@@ -36,8 +36,8 @@ type env struct {
 	// environ lists the environment, to warn about misspelt CDI_*
 	// variables; nil in tests that need no such warning.
 	environ func() []string
-	stdout io.Writer
-	stderr io.Writer
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
 // app holds the settings shared by every subcommand.
