@@ -181,8 +181,10 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+# KEEP=1 keeps the demo host and prints the environment to go on with it.
+KEEP ?=
 demo: build
-	./scripts/demo.sh
+	KEEP=$(KEEP) BIN=$(BIN) ./scripts/demo.sh
 
 # Go benchmarks of the hot functions, then whole invocations against an
 # exec floor (docs/performance.md). BENCH_RUNS sets runs per scenario.

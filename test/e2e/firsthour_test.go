@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -100,5 +102,55 @@ func TestMissingConfigDirAndPlugin(t *testing.T) {
 	r = n.ctl("info", "-o", "table", "--path", missing)
 	if !strings.Contains(r.stderr, `plugin not found: "drm" in `+missing+" (the search path, CDI_PATH)") {
 		t.Errorf("plugin not found: %s", r.stderr)
+	}
+}
+
+// make demo KEEP=1 keeps the demo host and prints the environment to go
+// on with it: cdictl info works with exactly that environment. Without
+// KEEP nothing is left behind.
+func TestDemoKeep(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skipf("the demo builds mkhost with go, which is not on PATH: %v", err)
+	}
+	tmp := t.TempDir()
+	demo := func(keep string) result {
+		t.Helper()
+		cmd := exec.Command("../../scripts/demo.sh")
+		return run(t, cmd, "", append(os.Environ(), "KEEP="+keep, "BIN="+binDir, "TMPDIR="+tmp))
+	}
+	r := demo("")
+	if r.status != 0 {
+		t.Fatalf("demo: %d\n%s\n%s", r.status, r.stdout, r.stderr)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("the demo left %v in TMPDIR", left)
+	}
+	r = demo("1")
+	if r.status != 0 {
+		t.Fatalf("demo KEEP=1: %d\n%s\n%s", r.status, r.stdout, r.stderr)
+	}
+	var export string
+	for line := range strings.Lines(r.stdout) {
+		if rest, ok := strings.CutPrefix(line, "export "); ok {
+			export = strings.TrimSpace(rest)
+		}
+	}
+	if export == "" || !strings.Contains(r.stdout, "Remove it with: rm -rf '"+tmp) {
+		t.Fatalf("demo KEEP=1 printed no environment:\n%s", r.stdout)
+	}
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	for _, kv := range strings.Fields(export) {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, k+"="+strings.Trim(v, "'"))
+	}
+	for _, k := range []string{"CDI_HOST_ROOT=" + tmp, "CDI_CONF_DIR=", "CDI_PATH=" + binDir, "CDI_STATE_DIR=" + tmp} {
+		if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, k) }) {
+			t.Errorf("environment %v lacks %s", env, k)
+		}
+	}
+	r = runArgs(t, filepath.Join(binDir, "cdictl"), []string{"info", "-o", "table"}, env)
+	if r.status != 0 || r.stderr != "" ||
+		!strings.Contains(r.stdout, "gpu       4         drm") || !strings.Contains(r.stdout, "vgpu      4         sriov") {
+		t.Errorf("cdictl info in the kept demo: %d\n%s\n%s", r.status, r.stdout, r.stderr)
 	}
 }
