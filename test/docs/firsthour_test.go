@@ -53,3 +53,36 @@ func TestReadmeMkhostRecipe(t *testing.T) {
 		t.Errorf("the recipe built no host: %v", err)
 	}
 }
+
+// One supported Kubernetes range everywhere a user reads it: the DRA mode
+// on 1.35 to 1.37, the device-plugin mode on every supported release (and
+// older ones). Each place states the range and none states another.
+func TestOneKubernetesRange(t *testing.T) {
+	forbidden := regexp.MustCompile(`(Kubernetes|DRA[^.]{0,40}) 1\.3[0-4] (and|or) later|older than 1\.3[0-4]\b|1\.3[0-4] to 1\.3[0-9]|1\.35 to 1\.3[0-68-9]\b`)
+	space := regexp.MustCompile(`\s+`)
+	for _, file := range []string{
+		"README.md",
+		"docs/operations.md",
+		"docs/kubernetes.md",
+		"packaging/nfpm.yaml",
+		"deploy/helm/cdi-exec-plugins/Chart.yaml",
+		"deploy/helm/cdi-exec-plugins/README.md",
+		"deploy/helm/cdi-exec-plugins/templates/NOTES.txt",
+	} {
+		b, err := os.ReadFile(filepath.Join("../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := space.ReplaceAllString(strings.ReplaceAll(string(b), "\n#", " "), " ")
+		if !regexp.MustCompile(`(?i)dra[^.;]{0,80}1\.35 to 1\.37|1\.35 to 1\.37[^.;]{0,40}dra`).MatchString(text) {
+			t.Errorf("%s does not say that the DRA mode runs on Kubernetes 1.35 to 1.37", file)
+		}
+		if !regexp.MustCompile(`device[- ]plugin[^.]{0,200}(every supported release|supported releases|any since|older)`).MatchString(text) &&
+			!regexp.MustCompile(`(every supported release|older)[^.]{0,80}device[- ]plugin`).MatchString(text) {
+			t.Errorf("%s does not say where the device-plugin mode runs", file)
+		}
+		if m := forbidden.FindString(text); m != "" {
+			t.Errorf("%s states another range: %q", file, m)
+		}
+	}
+}
