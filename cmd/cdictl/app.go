@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -154,6 +155,14 @@ func newRoot(e env) (*cobra.Command, *int) {
 // returns exitUsage.
 func usageError(e env, cmd *cobra.Command, err error) int {
 	msg := strings.TrimSpace(err.Error())
+	if m := flagGroup.FindStringSubmatch(msg); m != nil {
+		names := strings.Fields(m[1])
+		for i := range names {
+			names[i] = "--" + names[i]
+		}
+		slices.Sort(names)
+		msg = strings.Join(names, " and ") + " cannot be given together: give one of them"
+	}
 	if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
 		name, _, _ = strings.Cut(name, "=")
 		var known []string
@@ -313,6 +322,9 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 	for _, t := range types {
 		if len(caller.OfType(all, t)) == 0 {
 			msg := fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf"))
+			if near, ok := nearType(t, all); ok {
+				msg += fmt.Sprintf("; did you mean %q?", near)
+			}
 			for _, p := range a.broken {
 				if folderType(p.File) == t {
 					msg += "; not used: " + p.Error()
@@ -344,6 +356,25 @@ func (a *app) noConfig(dir string) error {
 		"no usable plugin config: none in %s (make install-conf installs the shipped ones; %s or --conf-dir sets the directory)",
 		filepath.Join(dir, "*.d", "*.conf"), protocol.EnvConfDir))
 }
+
+// nearType is the configured type that t probably means: the same
+// letters in another case (types are case-sensitive: TTY is not tty), or
+// a near miss.
+func nearType(t string, confs []caller.Config) (string, bool) {
+	var types []string
+	for _, c := range confs {
+		if strings.EqualFold(c.Type, t) {
+			return c.Type, true
+		}
+		types = append(types, c.Type)
+	}
+	return nearmiss.Closest(t, types)
+}
+
+// flagGroup matches cobra's refusal of mutually exclusive flags, to say it
+// in our words: "if any flags in the group [a b] are set none of the
+// others can be; [b a] were all set".
+var flagGroup = regexp.MustCompile(`^if any flags in the group \[[^\]]*\] are set none of the others can be; \[([^\]]*)\] were all set$`)
 
 // folderType is the resource type of the <type>.d folder that holds the
 // config file path, or that path is.

@@ -75,7 +75,7 @@ func checkRow(e *checkEntry) []string {
 	case e.Error != nil:
 		res = e.Error.String()
 	case e.Repaired:
-		res = fmt.Sprintf("index rebuilt (%d problems found)", len(e.Problems))
+		res = fmt.Sprintf("index rebuilt (%s found)", plural(len(e.Problems), "problem"))
 	case len(e.Problems) > 0 && e.Repairable:
 		res = fmt.Sprintf("damaged index, repairable: %s", strings.Join(e.Problems, "; "))
 	case len(e.Problems) > 0:

@@ -74,7 +74,11 @@ func (f *gcFlags) run(a *app, args []string) int {
 		e.Freed = rawjson.NonNil(e.Freed)
 		return err
 	})
-	a.report("TYPE\tPLUGIN\t+CONFIG\tFREED", rowsOf(out, func(e *gcEntry) []string {
+	head := "TYPE\tPLUGIN\t+CONFIG\tFREED"
+	if f.dryRun {
+		head = "TYPE\tPLUGIN\t+CONFIG\tWOULD FREE"
+	}
+	a.report(head, rowsOf(out, func(e *gcEntry) []string {
 		res := strings.Join(e.Freed, " ")
 		if e.Error != nil {
 			res = e.Error.String()

@@ -244,3 +244,12 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// plural is n and the noun, with an s unless n is 1: "1 problem", "2
+// problems".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -86,7 +86,7 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 		a.writeFields([]rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "problems", Value: out}})
 	}
 	if len(out) > 0 {
-		fmt.Fprintf(a.stderr, "cdictl: %d problems\n", len(out))
+		fmt.Fprintf(a.stderr, "cdictl: %s\n", plural(len(out), "problem"))
 	}
 	return a.status(len(out) > 0)
 }

@@ -154,3 +154,53 @@ func TestDemoKeep(t *testing.T) {
 		t.Errorf("cdictl info in the kept demo: %d\n%s\n%s", r.status, r.stdout, r.stderr)
 	}
 }
+
+// cdictl's wording: gc --dry-run heads its column WOULD FREE, validate
+// counts "1 problem", contradicting flags are refused in our words, and a
+// type or an arg given in another case or misspelt is named with the one
+// meant.
+func TestCdictlWording(t *testing.T) {
+	confs := map[string]string{
+		"gpu.d/drm.conf":         ctlConfs["gpu.d/drm.conf"],
+		"tty.d/generic-tty.conf": ctlConfs["tty.d/generic-tty.conf"],
+	}
+	n := newCtlNode(t, ctlHost(), confs)
+	if r := n.ctl("add", "--id", "pod-a", "tty:1"); r.status != 0 {
+		t.Fatalf("add: %d %s", r.status, r.stderr)
+	}
+	r := n.ctl("gc", "--dry-run", "--none-valid", "-o", "table")
+	if head, _, _ := strings.Cut(r.stdout, "\n"); r.status != 0 || !strings.HasSuffix(strings.TrimSpace(head), "WOULD FREE") {
+		t.Errorf("gc --dry-run -o table: %d %q", r.status, r.stdout)
+	}
+	r = n.ctl("gc", "--none-valid", "-o", "table")
+	if head, _, _ := strings.Cut(r.stdout, "\n"); r.status != 0 || !strings.HasSuffix(strings.TrimSpace(head), "FREED") || strings.Contains(head, "WOULD") {
+		t.Errorf("gc -o table: %d %q", r.status, r.stdout)
+	}
+
+	r = n.ctl("gc", "--valid", "x", "--none-valid")
+	if want := "cdictl gc: --none-valid and --valid cannot be given together: give one of them\n"; r.status != 2 || !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("gc --valid --none-valid: %d %q, want %q", r.status, r.stderr, want)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"add", "--id", "x", "TTY:1"}, `no usable config for resource type "TTY": none in ` + filepath.Join(n.conf, "TTY.d/*.conf") + `; did you mean "tty"?`},
+		{[]string{"info", "gpus"}, `; did you mean "gpu"?`},
+	} {
+		r := n.ctl(tc.args...)
+		if r.status != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: %d %q, want %q", tc.args, r.status, r.stderr, tc.want)
+		}
+	}
+
+	bad := newCtlNode(t, ctlHost(), map[string]string{
+		"tty.d/generic-tty.conf": `{"cdiVersion":"0.0.2","name":"t","type":"tty","plugin":"generic-tty","args":{"num_system_reserve":12}}`,
+	})
+	r = bad.ctl("validate", "-o", "table")
+	if r.status != 1 || !strings.Contains(r.stdout, `unknown field "num_system_reserve"; did you mean "num_system_reserved"?`) ||
+		!strings.HasSuffix(r.stderr, "cdictl: 1 problem\n") {
+		t.Errorf("validate: %d %q %q", r.status, r.stdout, r.stderr)
+	}
+}
