@@ -20,7 +20,7 @@ func validateCommand() *command {
 			var specs bool
 			fs.BoolVar(&specs, "specs", false, "also check the CDI spec files of --spec-dir")
 			dirs := specDirFlag(fs)
-			return func(a *app, args []string) int { return a.validate(specs, *dirs, args) }
+			return func(a *app, args []string) int { return a.validate(specs, a.specDirs(fs, *dirs), args) }
 		}}
 }
 

@@ -204,3 +204,56 @@ func TestCdictlWording(t *testing.T) {
 		t.Errorf("validate: %d %q %q", r.status, r.stdout, r.stderr)
 	}
 }
+
+// add shows each device's own CDI device (cdiKeyDevices); specs and
+// validate --specs read the spec directories the configs name (cdi_spec),
+// not only the CDI library's.
+func TestCdictlSpecsOfTheConfigs(t *testing.T) {
+	dir := t.TempDir()
+	n := newCtlNode(t, ctlHost(), map[string]string{
+		"tty.d/generic-tty.conf": `{"cdiVersion":"0.0.2","name":"t","type":"tty","plugin":"generic-tty","args":{"num_system_reserved":12,"cdi_spec":{"kind":"example.com/tty","dir":"` + dir + `"}}}`,
+	})
+	r := n.ctl("add", "--id", "pod-a", "tty:2")
+	var added struct {
+		Devices       []string
+		CDIDevices    []string          `json:"cdiDevices"`
+		CDIKeyDevices map[string]string `json:"cdiKeyDevices"`
+	}
+	r.json(t, &added)
+	if r.status != 0 || len(added.CDIDevices) != 1 || len(added.CDIKeyDevices) != 2 {
+		t.Fatalf("add: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+	for key, name := range added.CDIKeyDevices {
+		if !strings.HasPrefix(name, "example.com/tty=pod-a_") || !strings.Contains(name, key) {
+			t.Errorf("cdiKeyDevices[%s] = %s", key, name)
+		}
+	}
+	var specs struct {
+		Devices []struct{ Name, Spec string }
+	}
+	r = n.ctl("specs")
+	r.json(t, &specs)
+	var names []string
+	for _, d := range specs.Devices {
+		if strings.HasPrefix(d.Spec, dir) {
+			names = append(names, d.Name)
+		}
+	}
+	if len(names) != 3 || !slices.Contains(names, added.CDIDevices[0]) {
+		t.Errorf("specs lists %q of %s, want the request's and its two devices':\n%s", names, dir, r.stdout)
+	}
+	// --spec-dir is exactly the directories named.
+	r = n.ctl("specs", "--spec-dir", t.TempDir())
+	if r.status != 0 || strings.Contains(r.stdout, "example.com/tty") {
+		t.Errorf("specs --spec-dir: %d %s", r.status, r.stdout)
+	}
+	// validate --specs reads the same directory: a broken spec there is
+	// a problem.
+	if err := os.WriteFile(filepath.Join(dir, "broken.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = n.ctl("validate", "--specs", "-o", "table")
+	if r.status != 1 || !strings.Contains(r.stdout, filepath.Join(dir, "broken.json")) {
+		t.Errorf("validate --specs: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+}
