@@ -16,7 +16,7 @@ import (
 )
 
 func addCommand() *command {
-	return &command{name: "add", args: "--id ID [--numa N,...] SPEC:N[,SPEC:N...]", summary: "allocate across plugins, all or nothing",
+	return &command{name: "add", complete: completeSpecs, args: "--id ID [--numa N,...] SPEC:N[,SPEC:N...]", summary: "allocate across plugins, all or nothing",
 		example: "cdictl add --id pod-1234 gpu:1\n  cdictl add --id pod-1234 --numa 0 gpu:2,tty:1",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var f addFlags

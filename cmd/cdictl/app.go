@@ -108,6 +108,7 @@ func newRoot(e env) (*cobra.Command, *int) {
 		for _, group := range c.exclusive {
 			cc.MarkFlagsMutuallyExclusive(group...)
 		}
+		a.completions(cc, c)
 		cc.RunE = func(cmd *cobra.Command, args []string) error {
 			if envErr != nil {
 				fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", envErr)
@@ -121,10 +122,8 @@ func newRoot(e env) (*cobra.Command, *int) {
 					fmt.Fprintf(a.stderr, "cdictl: warning: %s\n", w)
 				}
 			}
-			switch a.output {
-			case "json", "yaml", "table", "wide":
-			default:
-				status = a.usageErr("-o must be one of json, yaml, table, wide, not %q", a.output)
+			if !slices.Contains(outputFormats(), a.output) {
+				status = a.usageErr("-o must be one of %s, not %q", strings.Join(outputFormats(), ", "), a.output)
 				return nil
 			}
 			status = runCmd(a, args)
@@ -139,6 +138,15 @@ func newRoot(e env) (*cobra.Command, *int) {
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
 			c.Use = "completion bash|zsh|fish"
+			// A shell that is not one of these (powershell) is a usage
+			// error, exit 2, not the command's help.
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(_ *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return errors.New("name a shell: bash, zsh or fish")
+				}
+				return fmt.Errorf("no completion for %q: the shells are bash, zsh and fish", args[0])
+			}
 			for _, sub := range c.Commands() {
 				if sub.Name() == "powershell" {
 					c.RemoveCommand(sub)

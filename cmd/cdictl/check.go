@@ -13,7 +13,7 @@ import (
 )
 
 func checkCommand() *command {
-	return &command{name: "check", args: "[--repair] [STORE...]", summary: "verify the plugins' stores offline: checksums, index, double bookings",
+	return &command{name: "check", complete: completeStores, args: "[--repair] [STORE...]", summary: "verify the plugins' stores offline: checksums, index, double bookings",
 		example: "cdictl check\n  cdictl check --repair /var/lib/cdi/drm.db",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var f checkFlags

@@ -16,7 +16,7 @@ import (
 )
 
 func gcCommand() *command {
-	return &command{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE | --none-valid [--dry-run]", summary: "free every allocation whose request-id is not valid",
+	return &command{name: "gc", flagComplete: map[string]completer{"valid": completeHeldIDs}, args: "--valid ID[,ID...] | --valid-file FILE | --none-valid [--dry-run]", summary: "free every allocation whose request-id is not valid",
 		example: "cdictl gc --valid pod-1,pod-2\n  cdictl gc --valid-file /run/live-pods\n  cdictl gc --dry-run --none-valid",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var f gcFlags

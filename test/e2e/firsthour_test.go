@@ -257,3 +257,57 @@ func TestCdictlSpecsOfTheConfigs(t *testing.T) {
 		t.Errorf("validate --specs: %d %s %s", r.status, r.stdout, r.stderr)
 	}
 }
+
+// The shell completes values, as kubectl completes resource names: -o's
+// formats, the node's types (add's SPEC:N list too), the request-ids its
+// stores hold and its store files, through cobra's __complete, which the
+// completion scripts call. A shell other than bash, zsh and fish is a
+// usage error.
+func TestCdictlCompletesValues(t *testing.T) {
+	n := newCtlNode(t, ctlHost(), ctlConfs)
+	for _, id := range []string{"pod-a", "pod-b"} {
+		if r := n.ctl("add", "--id", id, "tty:1"); r.status != 0 {
+			t.Fatalf("add: %s", r.stderr)
+		}
+	}
+	complete := func(args ...string) []string {
+		t.Helper()
+		r := n.ctl(append([]string{"__complete"}, args...)...)
+		if r.status != 0 {
+			t.Fatalf("__complete %v: %d %s", args, r.status, r.stderr)
+		}
+		var out []string
+		for line := range strings.Lines(r.stdout) {
+			if line = strings.TrimSpace(line); !strings.HasPrefix(line, ":") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"ls", "-o", ""}, []string{"json", "yaml", "table", "wide"}},
+		{[]string{"info", ""}, []string{"gpu", "tty"}},
+		{[]string{"devices", "--conf-dir", t.TempDir(), ""}, nil},
+		{[]string{"add", "--id", "x", "gpu:1,"}, []string{"gpu:1,gpu:", "gpu:1,tty:"}},
+		{[]string{"del", "--id", ""}, []string{"pod-a", "pod-b"}},
+		{[]string{"gc", "--valid", "pod-a,"}, []string{"pod-a,pod-b"}},
+		{[]string{"check", ""}, []string{filepath.Join(n.state, "generic-tty.db")}},
+	} {
+		if got := complete(tc.args...); !slices.Equal(got, tc.want) {
+			t.Errorf("__complete %v: %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	for _, args := range [][]string{{"completion", "powershell"}, {"completion"}} {
+		if r := n.ctl(args...); r.status != 2 || r.stdout != "" || !strings.Contains(r.stderr, "bash, zsh") {
+			t.Errorf("%v: %d %q %q", args, r.status, r.stdout, r.stderr)
+		}
+	}
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		if r := n.ctl("completion", sh); r.status != 0 || !strings.Contains(r.stdout, "__complete") {
+			t.Errorf("completion %s: %d %.200s", sh, r.status, r.stderr)
+		}
+	}
+}
