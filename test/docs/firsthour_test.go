@@ -86,3 +86,34 @@ func TestOneKubernetesRange(t *testing.T) {
 		}
 	}
 }
+
+// docs/operations.md's kubectl exec recipe names what the image and the
+// chart have: cdictl's path in the image, the driver's container, the
+// pods' instance label.
+func TestOperationsKubectlExec(t *testing.T) {
+	read := func(file string) string {
+		b, err := os.ReadFile(filepath.Join("../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	ops, image, ds := read("docs/operations.md"), read("Containerfile"), read("deploy/30-daemonset.yaml")
+	for _, cmd := range []string{"cdictl ls -o table", "cdictl devices -o table"} {
+		want := `kubectl -n cdi-exec exec "$pod" -c driver -- /opt/cdi/bin/` + cmd
+		if !strings.Contains(ops, want) {
+			t.Errorf("docs/operations.md lacks %q", want)
+		}
+	}
+	if !strings.Contains(image, "COPY bin/ /opt/cdi/bin/") {
+		t.Error("the image no longer has its binaries, cdictl among them, in /opt/cdi/bin: fix docs/operations.md")
+	}
+	if !strings.Contains(ds, "      - name: driver\n") || !strings.Contains(ds, "app.kubernetes.io/instance: cdi") || !strings.Contains(ds, "namespace: cdi-exec") {
+		t.Error("the driver's container, instance label or namespace changed: fix docs/operations.md")
+	}
+	for _, v := range []string{"CDI_CONF_DIR", "CDI_STATE_DIR", "CDI_HOST_ROOT"} {
+		if !strings.Contains(ds, "- name: "+v) {
+			t.Errorf("the driver's container no longer sets %s, which cdictl there needs", v)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,6 +309,61 @@ func TestCdictlCompletesValues(t *testing.T) {
 	for _, sh := range []string{"bash", "zsh", "fish"} {
 		if r := n.ctl("completion", sh); r.status != 0 || !strings.Contains(r.stdout, "__complete") {
 			t.Errorf("completion %s: %d %.200s", sh, r.status, r.stderr)
+		}
+	}
+}
+
+// The state-directory modes docs/operations.md states are those enforced:
+// made 0700 and 0600; 0755 and 0644 used as they are; a directory or store
+// that group or others may write refused with code 106.
+func TestStateModesAsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"a directory of 0755 and a store of\n0644 are used as they are", "while 0775, 0757 or 0666 are refused", "makes a missing state directory 0700 and its\nstore 0600"} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/operations.md no longer says %q", want)
+		}
+	}
+	n := newCtlNode(t, ctlHost(), ctlConfs)
+	add := func(id string) result {
+		t.Helper()
+		return n.ctl("add", "--id", id, "tty:1")
+	}
+	if r := add("a"); r.status != 0 {
+		t.Fatalf("add: %s", r.stderr)
+	}
+	store := filepath.Join(n.state, "generic-tty.db")
+	for path, want := range map[string]os.FileMode{n.state: 0o700 | os.ModeDir, store: 0o600} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode() != want {
+			t.Errorf("%s: %v %v, want %v", path, fi.Mode(), err, want)
+		}
+	}
+	for _, tc := range []struct {
+		dir, file os.FileMode
+		ok        bool
+	}{
+		{0o755, 0o644, true},
+		{0o775, 0o600, false},
+		{0o757, 0o600, false},
+		{0o700, 0o666, false},
+		{0o700, 0o620, false},
+		{0o700, 0o600, true},
+	} {
+		if err := os.Chmod(n.state, tc.dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(store, tc.file); err != nil {
+			t.Fatal(err)
+		}
+		r := add(fmt.Sprintf("m%o-%o", tc.dir, tc.file))
+		var e struct{ Code int }
+		if !tc.ok {
+			r.json(t, &e)
+		}
+		if ok := r.status == 0; ok != tc.ok || !tc.ok && (e.Code != 106 || !strings.Contains(r.stderr, "writable by its group or others")) {
+			t.Errorf("dir %04o, store %04o: %d %s %s", tc.dir, tc.file, r.status, r.stdout, r.stderr)
 		}
 	}
 }
