@@ -90,6 +90,10 @@ deb: build
 	$(MAKE) --no-print-directory -o build install install-conf DESTDIR="$(DEB_STAGE)" BINPREFIX=/usr/bin >/dev/null
 	scripts/licenses.sh "$(DEB_STAGE)/usr/share/doc/cdi-exec-plugins" $(addprefix $(BIN)/,$(PLUGINS) $(TOOLS))
 	cp -r conf/examples "$(DEB_STAGE)/usr/share/doc/cdi-exec-plugins/examples"
+	mkdir -p "$(DEB_STAGE)/usr/share/bash-completion/completions" "$(DEB_STAGE)/usr/share/zsh/vendor-completions" "$(DEB_STAGE)/usr/share/fish/vendor_completions.d"
+	$(BIN)/cdictl completion bash >"$(DEB_STAGE)/usr/share/bash-completion/completions/cdictl"
+	$(BIN)/cdictl completion zsh >"$(DEB_STAGE)/usr/share/zsh/vendor-completions/_cdictl"
+	$(BIN)/cdictl completion fish >"$(DEB_STAGE)/usr/share/fish/vendor_completions.d/cdictl.fish"
 	cd "$(DEB_STAGE)" && DEB_VERSION="$(DEB_VERSION)" DEB_ARCH="$(DEB_ARCH)" \
 	  $(GO) run $(NFPM) package --config "$(CURDIR)/packaging/nfpm.yaml" --packager deb --target "$(abspath $(BIN))/deb/"
 	rm -rf "$(DEB_STAGE)"
