@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/manifests"
 )
 
 // The README's fixture-host recipe works: every host it names is one that
@@ -114,6 +115,73 @@ func TestOperationsKubectlExec(t *testing.T) {
 	for _, v := range []string{"CDI_CONF_DIR", "CDI_STATE_DIR", "CDI_HOST_ROOT"} {
 		if !strings.Contains(ds, "- name: "+v) {
 			t.Errorf("the driver's container no longer sets %s, which cdictl there needs", v)
+		}
+	}
+}
+
+// Each plugin's args are listed once, all of them, in the arg table of its
+// docs (docs/plugins.md; sriov's in docs/chaining.md) and in the README's
+// config reference: the args struct of the plugin is the source.
+func TestPluginArgsDocumented(t *testing.T) {
+	plugins, err := os.ReadDir("../../plugins")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)`(?:, `([a-z_]+)`)? \\|")
+	for _, p := range plugins {
+		args, err := manifests.PluginArgs("../../plugins", p.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(args, "cdi_spec") // every plugin's, documented once for all
+		doc, heading := "docs/plugins.md", "## "+p.Name()+"\n"
+		if p.Name() == "sriov" {
+			doc, heading = "docs/chaining.md", ""
+		}
+		b, err := os.ReadFile(filepath.Join("../..", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		if heading != "" {
+			i := strings.Index(text, heading)
+			if i < 0 {
+				t.Fatalf("%s has no section %q", doc, heading)
+			}
+			text = text[i+len(heading):]
+			if j := strings.Index(text, "\n## "); j >= 0 {
+				text = text[:j]
+			}
+		}
+		listed := map[string]int{}
+		for _, m := range row.FindAllStringSubmatch(text, -1) {
+			for _, name := range m[1:] {
+				if _, ok := args[name]; ok {
+					listed[name]++
+				}
+			}
+		}
+		var bullet string
+		if i := strings.Index(string(readme), "- `"+p.Name()+"`: "); i >= 0 {
+			bullet = string(readme)[i:]
+			if j := strings.Index(bullet, "\n- "); j >= 0 {
+				bullet = bullet[:j]
+			}
+			if j := strings.Index(bullet, "\n\n"); j >= 0 {
+				bullet = bullet[:j]
+			}
+		}
+		for name := range args {
+			if listed[name] != 1 {
+				t.Errorf("%s lists the %s arg %s %d times, want once", doc, p.Name(), name, listed[name])
+			}
+			if !strings.Contains(bullet, "`"+name+"`") {
+				t.Errorf("the README's config reference lacks the %s arg %s", p.Name(), name)
+			}
 		}
 	}
 }

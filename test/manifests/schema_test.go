@@ -3,13 +3,9 @@ package manifests
 import (
 	"encoding/json"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -66,79 +62,14 @@ func pluginNames(t *testing.T) []string {
 	return out
 }
 
-// argFields reads a plugin's args struct (type args struct in its
-// package) from its Go source: each field's JSON name and the JSON type
-// its Go type decodes from. The struct is the one source of the args; the
-// chart's schema must name the same members with the same types.
+// argFields is PluginArgs, failing the test on an error.
 func argFields(t *testing.T, plugin string) map[string]string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(plugins, plugin, "*.go"))
+	args, err := PluginArgs(plugins, plugin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found *ast.StructType
-	for _, file := range files {
-		if strings.HasSuffix(file, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			if ts, ok := n.(*ast.TypeSpec); ok && ts.Name.Name == "args" {
-				found, _ = ts.Type.(*ast.StructType)
-			}
-			return found == nil
-		})
-	}
-	if found == nil {
-		t.Fatalf("plugins/%s has no type args struct", plugin)
-	}
-	out := map[string]string{}
-	for _, f := range found.Fields.List {
-		if f.Tag == nil {
-			continue
-		}
-		tag := reflect.StructTag(strings.Trim(f.Tag.Value, "`")).Get("json")
-		name, _, _ := strings.Cut(tag, ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		out[name] = jsonType(f.Type)
-	}
-	// Every pool plugin takes cdi_spec without declaring it (pool.Args).
-	out["cdi_spec"] = "object"
-	return out
-}
-
-// jsonType is the JSON type that a field of Go type e decodes from.
-func jsonType(e ast.Expr) string {
-	switch e := e.(type) {
-	case *ast.StarExpr:
-		return jsonType(e.X)
-	case *ast.ArrayType:
-		return "array"
-	case *ast.MapType:
-		return "object"
-	case *ast.SelectorExpr:
-		if e.Sel.Name == "RawMessage" {
-			return "any"
-		}
-	case *ast.Ident:
-		switch e.Name {
-		case "string":
-			return "string"
-		case "bool":
-			return "boolean"
-		case "int", "int64", "int32", "uint", "uint32", "uint64":
-			return "integer"
-		case "float64":
-			return "number"
-		}
-		return "object" // a struct of the package
-	}
-	return "any"
+	return args
 }
 
 // schemaType is the JSON type a member's schema allows, following a $ref
