@@ -189,13 +189,13 @@ func pluginAccepts(t *testing.T, bin string, config []byte) (bool, string) {
 func TestChartJudgesArgsAsThePlugin(t *testing.T) {
 	bin := pluginBin(t)
 	tty := func(args string) string {
-		return `{"cdiVersion":"0.0.2","name":"t","type":"tty","plugin":"generic-tty","args":` + args + `}`
+		return `{"cdiVersion":"0.0.2","name":"t","type":"probe","plugin":"generic-tty","args":` + args + `}`
 	}
 	gpu := func(args string) string {
-		return `{"cdiVersion":"0.0.2","name":"g","type":"tty","plugin":"drm","args":` + args + `}`
+		return `{"cdiVersion":"0.0.2","name":"g","type":"probe","plugin":"drm","args":` + args + `}`
 	}
 	vf := func(args string) string {
-		return `{"cdiVersion":"0.0.2","name":"v","type":"tty","plugin":"sriov","args":` + args + `}`
+		return `{"cdiVersion":"0.0.2","name":"v","type":"probe","plugin":"sriov","args":` + args + `}`
 	}
 	for _, tc := range []struct {
 		config string
@@ -230,7 +230,9 @@ func TestChartJudgesArgsAsThePlugin(t *testing.T) {
 		{vf(`{"pf_vendorid_whitelist":["0x8086"],"num_vfs":1,"vf_driver":"a/b"}`), false},
 	} {
 		plugin, perr := pluginAccepts(t, bin, []byte(tc.config))
-		out, err := template(t, "--set-json=types.tty.config="+tc.config)
+		// A type of its own: the defaults' args would merge into a
+		// default type's.
+		out, err := template(t, "--set-json=types.probe.config="+tc.config)
 		chartOK := err == nil
 		if plugin != tc.ok || chartOK != tc.ok {
 			t.Errorf("%s: the plugin says %v (%s), the chart %v (%v), want %v\n%.300s", tc.config, plugin, strings.TrimSpace(perr), chartOK, err, tc.ok, out)
