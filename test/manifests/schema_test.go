@@ -294,6 +294,13 @@ func TestChartRefusesWhatCannotWork(t *testing.T) {
 	if want := []string{"tty.cdi-exec.io"}; !slices.Equal(classes, want) {
 		t.Errorf("DeviceClasses with types.gpu=null: %q, want %q", classes, want)
 	}
+	// A default arg goes the same way.
+	objs = rendering(t, "types.tty.config.args.num_system_reserved=null", "types.tty.config.args.pattern=ttyS")
+	for _, o := range objs {
+		if cm, ok := o.Obj.(*corev1.ConfigMap); ok && (strings.Contains(cm.Data["tty.conf"], "num_system_reserved") || !strings.Contains(cm.Data["tty.conf"], `"pattern": "ttyS"`)) {
+			t.Errorf("num_system_reserved=null: %s", cm.Data["tty.conf"])
+		}
+	}
 	if _, err := template(t, "types.gpu=null", "types.tty=null"); err == nil {
 		t.Error("no type at all renders")
 	}
