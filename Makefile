@@ -36,7 +36,7 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo bench fuzz clean helm manifests
+.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests
 
 all: build
 
@@ -178,6 +178,17 @@ BENCH_K8S_FLAGS ?=
 bench-k8s: build
 	./test/k8s/build-tools.sh
 	$(call guarded,$(E2E_TEST) -v -run ^TestBench $(BENCH_K8S_FLAGS) ./test/k8s/...)
+
+# make demo-k8s (as root): a one-node cluster of this machine from the
+# real-node tools (built once, cached), the image imported into its
+# containerd, the chart installed with helm, the tty examples of
+# deploy/example/ applied; it prints what each pod asked for and got, then
+# tears everything down (test/k8s TestDemoK8s). KEEP=1 keeps the cluster
+# up, printing its KUBECONFIG, until Ctrl-C.
+demo-k8s: build
+	./test/k8s/build-tools.sh
+	$(GO) test -c -tags e2enode -o "$(abspath $(BIN))/demo-k8s.test" ./test/k8s
+	$(call guarded,cd test/k8s && CDI_TEST_BIN_DIR=$(abspath $(BIN)) CDI_DEMO_KEEP=$(KEEP) "$(abspath $(BIN))/demo-k8s.test" -test.run "^TestDemoK8s$$" -test.count 1 -test.timeout $(if $(filter 1,$(KEEP)),0,30m))
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
