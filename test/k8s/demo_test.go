@@ -36,7 +36,11 @@ func TestDemoK8s(t *testing.T) {
 	ctx, d := newDRARun(t, 20*time.Minute, "helm")
 	c := d.c
 	h := newHelmRun(t, d)
-	say("== A one-node cluster (%s), up in %.0fs; its files are under %s", filepath.Base(tools()), time.Since(start).Seconds(), c.Dir)
+	version, err := c.Kubectl(ctx, "get", "nodes", "-o", "jsonpath={.items[0].status.nodeInfo.kubeletVersion}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	say("== A one-node cluster of this machine (Kubernetes %s), up in %.0fs; its files are under %s", strings.TrimSpace(version), time.Since(start).Seconds(), c.Dir)
 
 	d.loadImage(ctx, t)
 	say("== make image, imported into the node's containerd (%.0fs)", time.Since(start).Seconds())
@@ -195,10 +199,13 @@ func (d *draRun) sees(ctx context.Context, t *testing.T, pod, container string) 
 	t.Helper()
 	var line string
 	err := waitFor(ctx, "the output of "+pod+"/"+container, func(ctx context.Context) error {
-		out, err := d.c.Kubectl(ctx, "logs", "-n", "default", pod, "-c", container)
+		// Through the kubelet's API: kubectl logs would need the node's
+		// name to resolve.
+		b, err := d.c.Node.api.get(ctx, d.c.Node.url("/containerLogs/default/"+pod+"/"+container))
 		if err != nil {
 			return err
 		}
+		out := string(b)
 		for l := range strings.Lines(out) {
 			if strings.HasPrefix(l, "devs") {
 				line = strings.TrimSpace(strings.TrimPrefix(l, "devs"))
