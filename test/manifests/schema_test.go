@@ -93,6 +93,16 @@ func schemaType(t *testing.T, s map[string]any, member any) string {
 		}
 		return strings.Join(types, ",")
 	}
+	if alts, ok := m["anyOf"].([]any); ok && len(alts) > 0 {
+		// One type for every alternative, or any.
+		ty := schemaType(t, s, alts[0])
+		for _, a := range alts[1:] {
+			if schemaType(t, s, a) != ty {
+				return "any"
+			}
+		}
+		return ty
+	}
 	if enum, ok := m["enum"].([]any); ok && len(enum) > 0 {
 		if _, ok := enum[0].(string); ok {
 			return "string"
@@ -217,7 +227,11 @@ func TestChartJudgesArgsAsThePlugin(t *testing.T) {
 		{tty(`null`), true},
 		{gpu(`{"want_device_nodes":["primary","render"],"vendorid_whitelist":["0x10de"],"pci_addresses":["0000:03:00.0"]}`), true},
 		{gpu(`{"want_device_nodes":["primary","primary"]}`), false},
-		{gpu(`{"want_device_nodes":[]}`), false},
+		{gpu(`{"want_device_nodes":[]}`), true},
+		{gpu(`{"want_device_nodes":[],"companion_nodes":"none"}`), false},
+		{gpu(`{"want_device_nodes":["vfio"]}`), true},
+		{gpu(`{"want_device_nodes":["iommufd"],"companion_nodes":"none"}`), true},
+		{gpu(`{"want_device_nodes":["vfio","render"]}`), false},
 		{gpu(`{"want_device_nodes":["display"]}`), false},
 		{gpu(`{"vendorid_whitelist":["10de"]}`), false},
 		{gpu(`{"pci_addresses":["03:00.0"]}`), false},
