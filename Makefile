@@ -36,7 +36,7 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo bench fuzz clean helm manifests
+.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests
 
 all: build
 
@@ -90,6 +90,10 @@ deb: build
 	$(MAKE) --no-print-directory -o build install install-conf DESTDIR="$(DEB_STAGE)" BINPREFIX=/usr/bin >/dev/null
 	scripts/licenses.sh "$(DEB_STAGE)/usr/share/doc/cdi-exec-plugins" $(addprefix $(BIN)/,$(PLUGINS) $(TOOLS))
 	cp -r conf/examples "$(DEB_STAGE)/usr/share/doc/cdi-exec-plugins/examples"
+	mkdir -p "$(DEB_STAGE)/usr/share/bash-completion/completions" "$(DEB_STAGE)/usr/share/zsh/vendor-completions" "$(DEB_STAGE)/usr/share/fish/vendor_completions.d"
+	$(BIN)/cdictl completion bash >"$(DEB_STAGE)/usr/share/bash-completion/completions/cdictl"
+	$(BIN)/cdictl completion zsh >"$(DEB_STAGE)/usr/share/zsh/vendor-completions/_cdictl"
+	$(BIN)/cdictl completion fish >"$(DEB_STAGE)/usr/share/fish/vendor_completions.d/cdictl.fish"
 	cd "$(DEB_STAGE)" && DEB_VERSION="$(DEB_VERSION)" DEB_ARCH="$(DEB_ARCH)" \
 	  $(GO) run $(NFPM) package --config "$(CURDIR)/packaging/nfpm.yaml" --packager deb --target "$(abspath $(BIN))/deb/"
 	rm -rf "$(DEB_STAGE)"
@@ -175,14 +179,27 @@ bench-k8s: build
 	./test/k8s/build-tools.sh
 	$(call guarded,$(E2E_TEST) -v -run ^TestBench $(BENCH_K8S_FLAGS) ./test/k8s/...)
 
+# make demo-k8s (as root): a one-node cluster of this machine from the
+# real-node tools (built once, cached), the image imported into its
+# containerd, the chart installed with helm, the tty examples of
+# deploy/example/ applied; it prints what each pod asked for and got, then
+# tears everything down (test/k8s TestDemoK8s). KEEP=1 keeps the cluster
+# up, printing its KUBECONFIG, until Ctrl-C.
+demo-k8s: build
+	./test/k8s/build-tools.sh
+	$(GO) test -c -tags e2enode -o "$(abspath $(BIN))/demo-k8s.test" ./test/k8s
+	$(call guarded,cd test/k8s && CDI_TEST_BIN_DIR=$(abspath $(BIN)) CDI_DEMO_KEEP=$(KEEP) "$(abspath $(BIN))/demo-k8s.test" -test.run "^TestDemoK8s$$" -test.count 1 -test.timeout $(if $(filter 1,$(KEEP)),0,30m))
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+# KEEP=1 keeps the demo host and prints the environment to go on with it.
+KEEP ?=
 demo: build
-	./scripts/demo.sh
+	KEEP=$(KEEP) BIN=$(BIN) ./scripts/demo.sh
 
 # Go benchmarks of the hot functions, then whole invocations against an
 # exec floor (docs/performance.md). BENCH_RUNS sets runs per scenario.

@@ -4,14 +4,21 @@
 # examples do. Needs no network and no root: without root the fixture's /dev
 # entries are 0:0 character devices (Linux 5.8 and later lets anyone make
 # those), and sysfs says 0:0 to match.
+#
+# KEEP=1 keeps the fixture host and its state, and ends by printing the
+# environment that points cdictl and the plugins at them. BIN names the
+# directory of the binaries (default bin/, as make builds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bin=$(cd "${BIN:-bin}" && pwd)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cdi-demo.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+if [ "${KEEP:-}" != 1 ]; then
+  trap 'rm -rf "$work"' EXIT
+fi
 go run ./test/fixture/mkhost -host demo/host.json -root "$work/host"
 
-export CDI_HOST_ROOT="$work/host" CDI_STATE_DIR="$work/state" CDI_CONF_DIR="$PWD/demo/conf" CDI_PATH="$PWD/bin"
+export CDI_HOST_ROOT="$work/host" CDI_STATE_DIR="$work/state" CDI_CONF_DIR="$PWD/demo/conf" CDI_PATH="$bin"
 echo "Fixture host: $CDI_HOST_ROOT (from demo/host.json)"
 echo "State:        $CDI_STATE_DIR"
 [ "$(id -u)" = 0 ] || echo "Not root: /dev entries of the fixture are 0:0 character devices, not the real numbers."
@@ -22,7 +29,7 @@ run() {
   echo
   echo "# env $* /opt/cdi/bin/$plugin < /etc/cdi/${conf}"
   set +e
-  env "$@" "bin/$plugin" < "demo/conf/$conf"
+  env "$@" "$bin/$plugin" < "demo/conf/$conf"
   local status=$?
   set -e
   echo "Exit status: $status"
@@ -61,7 +68,7 @@ ctl() {
   echo
   echo "# cdictl $*"
   set +e
-  bin/cdictl "$@"
+  "$bin/cdictl" "$@"
   local status=$?
   set -e
   echo "Exit status: $status"
@@ -79,3 +86,13 @@ ctl ls -o table
 ctl del --id pod-a -o table
 ctl gc --valid 4444 -o table
 ctl ls -o table
+
+if [ "${KEEP:-}" = 1 ]; then
+  echo
+  echo "== The demo host is kept (KEEP=1). To go on with it, in your shell:"
+  echo
+  echo "export CDI_HOST_ROOT='$CDI_HOST_ROOT' CDI_CONF_DIR='$CDI_CONF_DIR' CDI_PATH='$CDI_PATH' CDI_STATE_DIR='$CDI_STATE_DIR'"
+  echo "$bin/cdictl info -o table"
+  echo
+  echo "Remove it with: rm -rf '$work'"
+fi

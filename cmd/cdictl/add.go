@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -15,7 +16,7 @@ import (
 )
 
 func addCommand() *command {
-	return &command{name: "add", args: "--id ID [--numa N,...] SPEC:N[,SPEC:N...]", summary: "allocate across plugins, all or nothing",
+	return &command{name: "add", complete: completeSpecs, args: "--id ID [--numa N,...] SPEC:N[,SPEC:N...]", summary: "allocate across plugins, all or nothing",
 		example: "cdictl add --id pod-1234 gpu:1\n  cdictl add --id pod-1234 --numa 0 gpu:2,tty:1",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var f addFlags
@@ -89,6 +90,7 @@ func (a *app) added(added []*caller.Added, withNUMA bool) {
 	devices := []string{}
 	var locality []int
 	cdiDevices := []string{}
+	keyDevices := map[string]string{}
 	for _, ad := range added {
 		devices = append(devices, ad.Devices...)
 		for _, n := range ad.NUMA {
@@ -97,6 +99,7 @@ func (a *app) added(added []*caller.Added, withNUMA bool) {
 			}
 		}
 		cdiDevices = append(cdiDevices, ad.CDIDevices...)
+		maps.Copy(keyDevices, ad.CDIKeyDevices)
 	}
 	slices.Sort(locality)
 	fields := []rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "devices", Value: devices}}
@@ -105,6 +108,11 @@ func (a *app) added(added []*caller.Added, withNUMA bool) {
 	}
 	if len(cdiDevices) > 0 {
 		fields = append(fields, rawjson.Field{Key: "cdiDevices", Value: cdiDevices})
+	}
+	if len(keyDevices) > 0 {
+		// Each device's own CDI device, by device key
+		// (docs/cdi-bridge.md): what a caller injects for one device.
+		fields = append(fields, rawjson.Field{Key: "cdiKeyDevices", Value: keyDevices})
 	}
 	a.report("TYPE\tPLUGIN\tDEVICES", rowsOf(added, func(ad **caller.Added) []string {
 		return []string{(*ad).Config.Type, (*ad).Config.Plugin, strings.Join((*ad).Devices, " ")}

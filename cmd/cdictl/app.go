@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -31,8 +34,11 @@ const (
 // env is the process state cdictl runs against, injected for tests.
 type env struct {
 	getenv func(string) string
-	stdout io.Writer
-	stderr io.Writer
+	// environ lists the environment, to warn about misspelt CDI_*
+	// variables; nil in tests that need no such warning.
+	environ func() []string
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
 // app holds the settings shared by every subcommand.
@@ -105,14 +111,22 @@ func newRoot(e env) (*cobra.Command, *int) {
 		for _, group := range c.exclusive {
 			cc.MarkFlagsMutuallyExclusive(group...)
 		}
-		cc.RunE = func(_ *cobra.Command, args []string) error {
+		a.completions(cc, c)
+		cc.RunE = func(cmd *cobra.Command, args []string) error {
 			if envErr != nil {
 				fmt.Fprintf(a.stderr, "cdictl: warning: %v\n", envErr)
 			}
-			switch a.output {
-			case "json", "yaml", "table", "wide":
-			default:
-				status = a.usageErr("-o must be one of json, yaml, table, wide, not %q", a.output)
+			if e.environ != nil {
+				environ := e.environ()
+				if cmd.Flags().Changed("state-dir") {
+					environ = append(environ, protocol.EnvStateDir+"="+a.cfg.StateDir)
+				}
+				for _, w := range protocol.EnvNearMisses(environ) {
+					fmt.Fprintf(a.stderr, "cdictl: warning: %s\n", w)
+				}
+			}
+			if !slices.Contains(outputFormats(), a.output) {
+				status = a.usageErr("-o must be one of %s, not %q", strings.Join(outputFormats(), ", "), a.output)
 				return nil
 			}
 			status = runCmd(a, args)
@@ -127,6 +141,15 @@ func newRoot(e env) (*cobra.Command, *int) {
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
 			c.Use = "completion bash|zsh|fish"
+			// A shell that is not one of these (powershell) is a usage
+			// error, exit 2, not the command's help.
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(_ *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return errors.New("name a shell: bash, zsh or fish")
+				}
+				return fmt.Errorf("no completion for %q: the shells are bash, zsh and fish", args[0])
+			}
 			for _, sub := range c.Commands() {
 				if sub.Name() == "powershell" {
 					c.RemoveCommand(sub)
@@ -143,6 +166,14 @@ func newRoot(e env) (*cobra.Command, *int) {
 // returns exitUsage.
 func usageError(e env, cmd *cobra.Command, err error) int {
 	msg := strings.TrimSpace(err.Error())
+	if m := flagGroup.FindStringSubmatch(msg); m != nil {
+		names := strings.Fields(m[1])
+		for i := range names {
+			names[i] = "--" + names[i]
+		}
+		slices.Sort(names)
+		msg = strings.Join(names, " and ") + " cannot be given together: give one of them"
+	}
 	if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
 		name, _, _ = strings.Cut(name, "=")
 		var known []string
@@ -294,7 +325,7 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 		dir = a.cfg.ConfDir
 	}
 	if len(all) == 0 {
-		return nil, protocol.NewError(protocol.CodeSpecUnsupported, "no usable plugin config: none in "+filepath.Join(dir, "*.d", "*.conf"))
+		return nil, a.noConfig(dir)
 	}
 	if len(types) == 0 {
 		return all, nil
@@ -302,6 +333,9 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 	for _, t := range types {
 		if len(caller.OfType(all, t)) == 0 {
 			msg := fmt.Sprintf("no usable config for resource type %q: none in %s", t, filepath.Join(dir, t+".d", "*.conf"))
+			if near, ok := nearType(t, all); ok {
+				msg += fmt.Sprintf("; did you mean %q?", near)
+			}
 			for _, p := range a.broken {
 				if folderType(p.File) == t {
 					msg += "; not used: " + p.Error()
@@ -312,6 +346,46 @@ func (a *app) configs(types ...string) ([]caller.Config, error) {
 	}
 	return slices.DeleteFunc(all, func(c caller.Config) bool { return !slices.Contains(types, c.Type) }), nil
 }
+
+// noConfig is the error for a config directory without a usable config.
+// A directory that is not there is code 101 (the node's configuration),
+// named with the two ways to fix it; one that is there but holds no
+// usable config is code 4, naming the files searched.
+func (a *app) noConfig(dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		what := "does not exist"
+		if err == nil {
+			what = "is not a directory"
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			what = "cannot be read: " + err.Error()
+		}
+		return protocol.Errorf(protocol.CodeInvalidConfig,
+			"config directory %s %s: install the shipped configs there (make install-conf, or the .deb), or set %s (or --conf-dir) to a directory of <type>.d/*.conf",
+			dir, what, protocol.EnvConfDir)
+	}
+	return protocol.NewError(protocol.CodeSpecUnsupported, fmt.Sprintf(
+		"no usable plugin config: none in %s (make install-conf installs the shipped ones; %s or --conf-dir sets the directory)",
+		filepath.Join(dir, "*.d", "*.conf"), protocol.EnvConfDir))
+}
+
+// nearType is the configured type that t probably means: the same
+// letters in another case (types are case-sensitive: TTY is not tty), or
+// a near miss.
+func nearType(t string, confs []caller.Config) (string, bool) {
+	var types []string
+	for _, c := range confs {
+		if strings.EqualFold(c.Type, t) {
+			return c.Type, true
+		}
+		types = append(types, c.Type)
+	}
+	return nearmiss.Closest(t, types)
+}
+
+// flagGroup matches cobra's refusal of mutually exclusive flags, to say it
+// in our words: "if any flags in the group [a b] are set none of the
+// others can be; [b a] were all set".
+var flagGroup = regexp.MustCompile(`^if any flags in the group \[[^\]]*\] are set none of the others can be; \[([^\]]*)\] were all set$`)
 
 // folderType is the resource type of the <type>.d folder that holds the
 // config file path, or that path is.

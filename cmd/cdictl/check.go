@@ -13,7 +13,7 @@ import (
 )
 
 func checkCommand() *command {
-	return &command{name: "check", args: "[--repair] [STORE...]", summary: "verify the plugins' stores offline: checksums, index, double bookings",
+	return &command{name: "check", complete: completeStores, args: "[--repair] [STORE...]", summary: "verify the plugins' stores offline: checksums, index, double bookings",
 		example: "cdictl check\n  cdictl check --repair /var/lib/cdi/drm.db",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var f checkFlags
@@ -75,7 +75,7 @@ func checkRow(e *checkEntry) []string {
 	case e.Error != nil:
 		res = e.Error.String()
 	case e.Repaired:
-		res = fmt.Sprintf("index rebuilt (%d problems found)", len(e.Problems))
+		res = fmt.Sprintf("index rebuilt (%s found)", plural(len(e.Problems), "problem"))
 	case len(e.Problems) > 0 && e.Repairable:
 		res = fmt.Sprintf("damaged index, repairable: %s", strings.Join(e.Problems, "; "))
 	case len(e.Problems) > 0:

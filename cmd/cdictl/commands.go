@@ -34,6 +34,11 @@ type command struct {
 	// exclusive lists groups of the command's flags of which at most one
 	// may be given.
 	exclusive [][]string
+	// complete completes the positional arguments in a shell; nil
+	// completes nothing. flagComplete completes the values of the
+	// command's own flags, by name (completion.go).
+	complete     completer
+	flagComplete map[string]completer
 }
 
 // runFunc runs a command with its positional arguments and returns the

@@ -12,7 +12,7 @@ import (
 )
 
 func delCommand() *command {
-	return &command{name: "del", args: "--id ID", summary: "free what a request-id holds in every plugin",
+	return &command{name: "del", flagComplete: map[string]completer{"id": completeHeldID}, args: "--id ID", summary: "free what a request-id holds in every plugin",
 		example: "cdictl del --id pod-1234",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var id string

@@ -16,7 +16,7 @@ import (
 )
 
 func gcCommand() *command {
-	return &command{name: "gc", args: "--valid ID[,ID...] | --valid-file FILE | --none-valid [--dry-run]", summary: "free every allocation whose request-id is not valid",
+	return &command{name: "gc", flagComplete: map[string]completer{"valid": completeHeldIDs}, args: "--valid ID[,ID...] | --valid-file FILE | --none-valid [--dry-run]", summary: "free every allocation whose request-id is not valid",
 		example: "cdictl gc --valid pod-1,pod-2\n  cdictl gc --valid-file /run/live-pods\n  cdictl gc --dry-run --none-valid",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var f gcFlags
@@ -74,7 +74,11 @@ func (f *gcFlags) run(a *app, args []string) int {
 		e.Freed = rawjson.NonNil(e.Freed)
 		return err
 	})
-	a.report("TYPE\tPLUGIN\t+CONFIG\tFREED", rowsOf(out, func(e *gcEntry) []string {
+	head := "TYPE\tPLUGIN\t+CONFIG\tFREED"
+	if f.dryRun {
+		head = "TYPE\tPLUGIN\t+CONFIG\tWOULD FREE"
+	}
+	a.report(head, rowsOf(out, func(e *gcEntry) []string {
 		res := strings.Join(e.Freed, " ")
 		if e.Error != nil {
 			res = e.Error.String()

@@ -12,7 +12,7 @@ import (
 )
 
 func infoCommand() *command {
-	return &command{name: "info", args: "[TYPE]", summary: "node capacity per resource-spec, summed over plugins",
+	return &command{name: "info", complete: completeType, args: "[TYPE]", summary: "node capacity per resource-spec, summed over plugins",
 		example: "cdictl info\n  cdictl info -o json tty", setup: noFlags((*app).info)}
 }
 

@@ -6,5 +6,5 @@ package main
 import "os"
 
 func main() {
-	os.Exit(run(os.Args[1:], env{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr}))
+	os.Exit(run(os.Args[1:], env{getenv: os.Getenv, environ: os.Environ, stdout: os.Stdout, stderr: os.Stderr}))
 }

@@ -166,7 +166,7 @@ func toErrorJSON(err error) *errorJSON {
 	case errors.As(err, &pe):
 		return &errorJSON{Code: pe.Code, Msg: pe.Msg, Details: pe.Details}
 	case errors.As(err, &re) && errors.Is(re.Err, invoke.ErrNotFound):
-		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin binary not found", Details: re.Err.Error() + " (the search path is --path, CDI_PATH)", Kind: re.Kind}
+		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin binary not found", Details: re.Err.Error() + "; --path overrides " + protocol.EnvPath, Kind: re.Kind}
 	case errors.As(err, &re):
 		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
 	case errors.As(err, &se):
@@ -243,4 +243,13 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// plural is n and the noun, with an s unless n is 1: "1 problem", "2
+// problems".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

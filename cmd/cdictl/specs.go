@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -8,7 +9,9 @@ import (
 	"github.com/spf13/pflag"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/cdi-exec/plugins/internal/cdispec"
 	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -17,13 +20,52 @@ func specsCommand() *command {
 		example: "cdictl specs -o table\n  cdictl specs --spec-dir /var/run/cdi",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			dirs := specDirFlag(fs)
-			return func(a *app, args []string) int { return a.specs(*dirs, args) }
+			return func(a *app, args []string) int { return a.specs(a.specDirs(fs, *dirs), args) }
 		}}
 }
 
 // specDirFlag adds --spec-dir, the CDI spec directories, to fs.
 func specDirFlag(fs *pflag.FlagSet) *[]string {
-	return fs.StringSlice("spec-dir", slices.Clone(cdi.DefaultSpecDirs), "CDI spec `DIR`, repeatable (default: the CDI library's, /etc/cdi and /var/run/cdi)")
+	return fs.StringSlice("spec-dir", slices.Clone(cdi.DefaultSpecDirs), "CDI spec `DIR`, repeatable (default: the CDI library's, /etc/cdi and /var/run/cdi, and every cdi_spec dir of the configs)")
+}
+
+// specDirs is --spec-dir when given; else the CDI library's directories
+// and, after them, the cdi_spec dir of every config that has one (its
+// delegate's too), where the plugins write their specs.
+func (a *app) specDirs(fs *pflag.FlagSet, dirs []string) []string {
+	if fs.Changed("spec-dir") {
+		return dirs
+	}
+	confs, _ := caller.Load(a.cfg.ConfDir)
+	for _, c := range confs {
+		for _, args := range configArgs(c.Raw) {
+			if spec, err := cdispec.FromArgs(args); err == nil && spec != nil && !slices.Contains(dirs, spec.Dir) {
+				dirs = append(dirs, spec.Dir)
+			}
+		}
+	}
+	return dirs
+}
+
+// configArgs returns a config's args and, when it chains a delegate,
+// the delegate's args.
+func configArgs(raw []byte) []json.RawMessage {
+	var c struct {
+		Args json.RawMessage `json:"args"`
+	}
+	if json.Unmarshal(raw, &c) != nil || len(c.Args) == 0 {
+		return nil
+	}
+	out := []json.RawMessage{c.Args}
+	var d struct {
+		Delegate *struct {
+			Args json.RawMessage `json:"args"`
+		} `json:"delegate"`
+	}
+	if json.Unmarshal(c.Args, &d) == nil && d.Delegate != nil && len(d.Delegate.Args) > 0 {
+		out = append(out, d.Delegate.Args)
+	}
+	return out
 }
 
 // specDevice is one device of `cdictl specs`.

@@ -21,7 +21,7 @@ import (
 )
 
 func topologyCommand() *command {
-	return &command{name: "topology", args: "[TYPE]", summary: "NUMA nodes: CPUs, memory, distances, PCIe root complexes and each plugin's devices",
+	return &command{name: "topology", complete: completeType, args: "[TYPE]", summary: "NUMA nodes: CPUs, memory, distances, PCIe root complexes and each plugin's devices",
 		example: "cdictl topology -o table\n  cdictl topology gpu", setup: noFlags((*app).topology)}
 }
 

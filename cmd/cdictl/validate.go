@@ -20,7 +20,7 @@ func validateCommand() *command {
 			var specs bool
 			fs.BoolVar(&specs, "specs", false, "also check the CDI spec files of --spec-dir")
 			dirs := specDirFlag(fs)
-			return func(a *app, args []string) int { return a.validate(specs, *dirs, args) }
+			return func(a *app, args []string) int { return a.validate(specs, a.specDirs(fs, *dirs), args) }
 		}}
 }
 
@@ -86,7 +86,7 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 		a.writeFields([]rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "problems", Value: out}})
 	}
 	if len(out) > 0 {
-		fmt.Fprintf(a.stderr, "cdictl: %d problems\n", len(out))
+		fmt.Fprintf(a.stderr, "cdictl: %s\n", plural(len(out), "problem"))
 	}
 	return a.status(len(out) > 0)
 }

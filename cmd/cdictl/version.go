@@ -11,7 +11,7 @@ import (
 )
 
 func versionCommand() *command {
-	return &command{name: "version", args: "[TYPE] | --client", summary: "negotiate versions with every configured plugin",
+	return &command{name: "version", complete: completeType, args: "[TYPE] | --client", summary: "negotiate versions with every configured plugin",
 		example: "cdictl version\n  cdictl version gpu\n  cdictl version --client", setup: versionFlags}
 }
 

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/cdi-exec/plugins/internal/nearmiss"
 )
 
 // DecodeStrict decodes the JSON object b into dst, a pointer to a struct or
@@ -151,6 +153,7 @@ func decodeStruct(raw []byte, v reflect.Value, path string) error {
 // fieldIndex finds the field of struct t whose json name is name.
 func fieldIndex(t reflect.Type, name, path string) (int, error) {
 	near := ""
+	var tags []string
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -163,12 +166,16 @@ func fieldIndex(t reflect.Type, name, path string) (int, error) {
 		if tag == name {
 			return i, nil
 		}
+		tags = append(tags, tag)
 		if strings.EqualFold(tag, name) {
 			near = tag
 		}
 	}
 	if near != "" {
 		return 0, CaseError(path, name, near)
+	}
+	if near, ok := nearmiss.Closest(name, tags); ok {
+		return 0, fmt.Errorf("unknown field %q; did you mean %q?", path+name, path+near)
 	}
 	return 0, fmt.Errorf("unknown field %q", path+name)
 }

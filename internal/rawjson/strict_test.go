@@ -42,7 +42,10 @@ func TestDecodeStrict(t *testing.T) {
 		{`{"Num_System_Reserved": 3}`, `"Num_System_Reserved" is not`, 0},
 		{`{"num_system_reserved": 12, "num_system_reserved": 0}`, `"num_system_reserved" is given twice`, 0},
 		{`{"num_system_reserved": 1, "num_syſtem_reserved": 2}`, `is not "num_system_reserved"`, 0}, // long s folds to s
-		{`{"patterK": "x"}`, `unknown field "patterK"`, 0},
+		{`{"patterK": "x"}`, `unknown field "patterK"; did you mean "pattern"?`, 0},
+		{`{"num_system_reserve": 3}`, `unknown field "num_system_reserve"; did you mean "num_system_reserved"?`, 0},
+		{`{"inner": {"plugins": "drm"}}`, `unknown field "inner.plugins"; did you mean "inner.plugin"?`, 0},
+		{`{"zzz": 1}`, `unknown field "zzz"`, 0},
 		{`{"pattern": "ttyS", "PATTERN": "tty"}`, `"PATTERN" is not "pattern"`, 0},
 		{`{"inner": {"plugin": "drm", "Plugin": "x"}}`, `"inner.Plugin" is not "inner.plugin"`, 0},
 		{`{"inner": {"plugin": "drm", "args": {"A": 1, "a": 2}}}`, "", 0}, // a delegate's args are its own

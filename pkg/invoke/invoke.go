@@ -44,7 +44,7 @@ func Find(name, dirs string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w: %q in %s", ErrNotFound, name, dirs)
+	return "", fmt.Errorf("%w: %q in %s (the search path, %s)", ErrNotFound, name, dirs, protocol.EnvPath)
 }
 
 // Call is one plugin run.

@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/cdi-exec/plugins/internal/nearmiss"
 )
 
 // Environment variables (docs/protocol.md#environment-variables).
@@ -25,6 +29,55 @@ const (
 	EnvConfDir        = "CDI_CONF_DIR"
 	EnvLockTimeout    = "CDI_LOCK_TIMEOUT"
 )
+
+// knownEnv lists every CDI_* variable that a plugin or a caller of the
+// suite reads, for EnvNearMisses.
+var knownEnv = [...]string{
+	EnvCommand, EnvVersion, EnvRequest, EnvRequestID, EnvNUMA, EnvRequestDevices, EnvValidIDs,
+	EnvHostRoot, EnvStateDir, EnvPath, EnvConfDir, EnvLockTimeout,
+}
+
+// EnvNearMisses returns one warning for each variable set in environ
+// (NAME=value pairs) that is probably a misspelling of one of the suite's:
+// a CDI_* name that none of them has and that is within a small edit
+// distance of one (nearmiss), or that mentions STATE while CDI_STATE_DIR
+// is not set. The state directory is named whenever CDI_STATE_DIR is not
+// set, so that a misspelt one never falls silently to the node's live
+// /var/lib/cdi. Other CDI_* names are left alone: a Kubernetes service
+// called "cdi" sets CDI_SERVICE_HOST and the like in every pod beside it.
+func EnvNearMisses(environ []string) []string {
+	var set []string
+	stateSet := false
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case !strings.HasPrefix(k, "CDI_"):
+		case k == EnvStateDir:
+			stateSet = v != ""
+		default:
+			set = append(set, k)
+		}
+	}
+	var out []string
+	for _, k := range set {
+		if slices.Contains(knownEnv[:], k) {
+			continue
+		}
+		near, ok := nearmiss.Closest(k, knownEnv[:])
+		if !ok && strings.Contains(k, "STATE") {
+			near, ok = EnvStateDir, true
+		}
+		if !ok {
+			continue
+		}
+		w := fmt.Sprintf("%s is set, but no program of the suite reads it: did you mean %s?", k, near)
+		if near == EnvStateDir && !stateSet {
+			w += fmt.Sprintf(" %s is not set, so the state directory is the node's own %s", EnvStateDir, DefaultStateDir)
+		}
+		out = append(out, w)
+	}
+	return out
+}
 
 // Defaults of the shared environment variables.
 const (

@@ -104,3 +104,36 @@ func TestCheckRoots(t *testing.T) {
 		}
 	}
 }
+
+// Misspelt CDI_* variables are named with the one meant; a misspelt
+// state directory says that the live default is in use.
+func TestEnvNearMisses(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		want    []string // substrings, one per warning, in order
+	}{
+		{"none", []string{"HOME=/root", "CDI_STATE_DIR=/tmp/s", "CDI_COMMAND=ADD"}, nil},
+		{"unrelated CDI names", []string{"CDI_SERVICE_HOST=10.0.0.1", "CDI_PORT=tcp://x", "CDI_TEST_BIN_DIR=/b", "CDI_E2E_CACHE=/c"}, nil},
+		{"stat dir", []string{"CDI_STAT_DIR=/tmp/s"}, []string{
+			"CDI_STAT_DIR is set, but no program of the suite reads it: did you mean CDI_STATE_DIR? CDI_STATE_DIR is not set, so the state directory is the node's own /var/lib/cdi"}},
+		{"stat dir beside the real one", []string{"CDI_STAT_DIR=/tmp/s", "CDI_STATE_DIR=/tmp/t"}, []string{
+			"did you mean CDI_STATE_DIR?"}},
+		{"far from state dir", []string{"CDI_PLUGIN_STATE=/tmp/s"}, []string{"CDI_PLUGIN_STATE is set, but no program of the suite reads it: did you mean CDI_STATE_DIR? CDI_STATE_DIR is not set"}},
+		{"conf dir", []string{"CDI_CONFDIR=/etc/x"}, []string{"did you mean CDI_CONF_DIR?"}},
+		{"path and host", []string{"CDI_PATHS=/x", "CDI_HOSTROOT=/h"}, []string{"did you mean CDI_PATH?", "did you mean CDI_HOST_ROOT?"}},
+		{"lock", []string{"CDI_LOCK_TIMEOUTS=1"}, []string{"did you mean CDI_LOCK_TIMEOUT?"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := EnvNearMisses(tc.environ)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %q, want %d warnings", got, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("warning %d: %q lacks %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}

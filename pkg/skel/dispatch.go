@@ -20,8 +20,9 @@ type Dispatcher struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
-	// Environ lists the environment as NAME=value pairs, read only to name
-	// a misspelt variable in an error; nil for no such hints.
+	// Environ lists the environment as NAME=value pairs, read to warn
+	// about misspelt CDI_* variables (protocol.EnvNearMisses) and to name
+	// one in an error; nil for no such hints.
 	Environ func() []string
 }
 
@@ -86,6 +87,11 @@ func (d *Dispatcher) run(ctx context.Context, about About, c *Call) ([]rawjson.F
 	env, err := protocol.ReadEnv(d.Getenv)
 	if err != nil {
 		c.Warnf("%v", err)
+	}
+	if d.Environ != nil {
+		for _, w := range protocol.EnvNearMisses(d.Environ()) {
+			c.Warnf("%s", w)
+		}
 	}
 	c.Env = env
 	if err := env.CheckRoots(); err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -77,6 +78,22 @@ func TestPodmanInjectsAllocatedTTYs(t *testing.T) {
 	want := fmt.Sprintf("%s 1:3 character special file\n%s 1:5 character special file", devices[0], devices[1])
 	if got := strings.TrimSpace(out); got != want {
 		t.Fatalf("inside the container:\n%s\nwant:\n%s", got, want)
+	}
+	// A device's own name (cdiKeyDevices) injects that device alone.
+	var keyed struct {
+		CDIKeyDevices map[string]string `json:"cdiKeyDevices"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &keyed); err != nil || len(keyed.CDIKeyDevices) != 2 {
+		t.Fatalf("ADD names no device's own CDI device: %v %s", err, r.stdout)
+	}
+	one := keyed.CDIKeyDevices[filepath.Base(devices[0])]
+	out, err = pm.run("--device", one, "/bin/sh", "-c", "stat -c '%n %t:%T %F' /dev/tty1[0-9]")
+	if err != nil {
+		t.Fatalf("podman run --device %s: %v\n%s", one, err, out)
+	}
+	t.Logf("with --device %s, inside the container:\n%s", one, out)
+	if want := devices[0] + " 1:3 character special file"; strings.TrimSpace(out) != want {
+		t.Fatalf("with --device %s the container has:\n%s\nwant:\n%s", one, out, want)
 	}
 	// After DEL the name no longer resolves.
 	if r := n.run("generic-tty", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID="+id); r.status != 0 || r.stdout != "" {

@@ -150,6 +150,13 @@ func TestDeb(t *testing.T) {
 			t.Errorf("%s is not installed", p)
 		}
 	}
+	// cdictl's completions, where each shell looks for a package's.
+	for _, p := range []string{"usr/share/bash-completion/completions/cdictl", "usr/share/zsh/vendor-completions/_cdictl", "usr/share/fish/vendor_completions.d/cdictl.fish"} {
+		b, err := os.ReadFile(filepath.Join(r.dir, p))
+		if err != nil || !strings.Contains(string(b), "__complete") || !strings.Contains(string(b), "cdictl") {
+			t.Errorf("%s is not cdictl's completion script: %v %.100q", p, err, b)
+		}
+	}
 
 	h, err := fixture.Load(filepath.Join(repo, "demo/host.json"))
 	if err != nil {

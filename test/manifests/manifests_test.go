@@ -75,6 +75,19 @@ func TestDecode(t *testing.T) {
 		}},
 		{"device-plugin", []string{"daemonset.yaml: DaemonSet cdi-device-plugin"}},
 		{"example", []string{
+			"gpus.yaml: ResourceClaimTemplate gpu-numa1",
+			"gpus.yaml: ResourceClaimTemplate gpu-pcie-root",
+			"gpus.yaml: ResourceClaimTemplate gpu-pcie-switch",
+			"gpus.yaml: ResourceClaimTemplate two-gpus-one-switch",
+			"gpus.yaml: ResourceClaimTemplate gpu-render-only",
+			"gpus.yaml: Pod gpu-numa1",
+			"gpus.yaml: Pod gpu-pcie-root",
+			"gpus.yaml: Pod gpu-pcie-switch",
+			"gpus.yaml: Pod two-gpus-one-switch",
+			"gpus.yaml: Pod gpu-render-only",
+			"tty-limits.yaml: Pod tty-limits",
+			"tty-shared.yaml: ResourceClaim one-tty",
+			"tty-shared.yaml: Pod tty-shared",
 			"two-ttys-device-plugin.yaml: Pod two-ttys-dp",
 			"two-ttys.yaml: ResourceClaimTemplate two-ttys",
 			"two-ttys.yaml: Pod two-ttys",
@@ -277,7 +290,7 @@ func TestDevicePluginDeployment(t *testing.T) {
 // TestExample checks that the example pod's claim comes from the
 // template, which asks for two devices of a DeviceClass of deploy/.
 func TestExample(t *testing.T) {
-	objs := loadDir(t, "example")
+	objs := slices.DeleteFunc(loadDir(t, "example"), func(o Object) bool { return filepath.Base(o.File) != "two-ttys.yaml" })
 	tmpl := find[*resourceapi.ResourceClaimTemplate](t, objs)
 	reqs := tmpl.Spec.Spec.Devices.Requests
 	if len(reqs) != 1 || reqs[0].Exactly == nil || reqs[0].Exactly.Count != 2 || reqs[0].Exactly.DeviceClassName != "tty.cdi-exec.io" {

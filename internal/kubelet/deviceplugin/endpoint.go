@@ -27,6 +27,10 @@ const KubeletSocket = "kubelet.sock"
 // DefaultWatch is how often Run checks whether the kubelet has restarted.
 const DefaultWatch = 250 * time.Millisecond
 
+// DefaultWaitLog is how often Run says again that it is waiting for the
+// kubelet: its device-plugins directory or its kubelet.sock is not there.
+const DefaultWaitLog = 30 * time.Second
+
 // registerTimeout bounds one Register call.
 const registerTimeout = 5 * time.Second
 
@@ -48,6 +52,11 @@ type Endpoint struct {
 	// OnRegister, when set, is called after every successful
 	// registration; again is false for the first one.
 	OnRegister func(again bool)
+	// WaitLog is how often a missing kubelet is logged again while Run
+	// waits for it (checking every Watch); zero means DefaultWaitLog. Now
+	// is the clock it is measured with; nil means time.Now.
+	WaitLog time.Duration
+	Now     func() time.Time
 
 	registered atomic.Bool // with the kubelet whose socket is there now; false once Run returns
 }
@@ -70,7 +79,10 @@ func identOf(path string) ident {
 // Run serves the resource until ctx ends, then stops and removes its
 // socket. It registers as soon as the kubelet's socket is there, and again
 // whenever the kubelet restarts: a starting kubelet removes the plugins'
-// sockets and creates its own anew. Both are checked every Watch.
+// sockets and creates its own anew. Both are checked every Watch. While
+// the kubelet's device-plugins directory or its kubelet.sock is not there,
+// Run waits for it, saying so in one log line that names the path, and
+// again every WaitLog.
 func (p *Endpoint) Run(ctx context.Context) error {
 	watch := p.Watch
 	if watch <= 0 {
@@ -81,6 +93,7 @@ func (p *Endpoint) Run(ctx context.Context) error {
 	var srv *grpc.Server
 	var own, kubelet ident // what is served and what was registered with
 	var failed ident       // the kubelet socket the last registration failed on
+	var wait waitLog
 	defer func() {
 		p.registered.Store(false)
 		if srv != nil {
@@ -90,7 +103,16 @@ func (p *Endpoint) Run(ctx context.Context) error {
 	}()
 	registrations := 0
 	for {
-		if srv == nil || identOf(p.socketPath()) != own {
+		switch fi, err := os.Stat(p.Dir); {
+		case err != nil || !fi.IsDir():
+			p.waiting(&wait, "the kubelet's device-plugins directory is not there: waiting for the kubelet to make it",
+				"dir", p.Dir, "expected", "a running kubelet, which makes /var/lib/kubelet/device-plugins whatever its --root-dir: --kubelet-dir is that directory's parent, as mounted into this container")
+			if srv != nil {
+				srv.Stop()
+				srv = nil
+			}
+			kubelet = ident{}
+		case srv == nil || identOf(p.socketPath()) != own:
 			if srv != nil {
 				srv.Stop()
 				p.Log.Info("plugin socket removed; serving again", "resource", p.Resource)
@@ -101,8 +123,15 @@ func (p *Endpoint) Run(ctx context.Context) error {
 			}
 			kubelet = ident{}
 		}
-		now := identOf(filepath.Join(p.Dir, KubeletSocket))
-		if now != (ident{}) && now != kubelet {
+		sock := filepath.Join(p.Dir, KubeletSocket)
+		now := identOf(sock)
+		switch {
+		case srv == nil:
+		case now == ident{}:
+			p.waiting(&wait, "the kubelet's registration socket is not there: waiting for the kubelet to start",
+				"socket", sock, "expected", "the registration socket a running kubelet serves in its device-plugins directory")
+		case now != kubelet:
+			wait = waitLog{}
 			if err := p.register(ctx); err != nil {
 				if failed != now { // once per kubelet socket, not every tick
 					p.Log.Warn("registration failed; trying again", "resource", p.Resource, "err", err)
@@ -124,6 +153,30 @@ func (p *Endpoint) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// waitLog remembers what Run last said it waits for, and when.
+type waitLog struct {
+	msg  string
+	when time.Time
+}
+
+// waiting logs that Run waits for the kubelet: at once when what it waits
+// for changed, else once every WaitLog.
+func (p *Endpoint) waiting(w *waitLog, msg string, args ...any) {
+	every, now := p.WaitLog, time.Now
+	if every <= 0 {
+		every = DefaultWaitLog
+	}
+	if p.Now != nil {
+		now = p.Now
+	}
+	t := now()
+	if w.msg == msg && t.Sub(w.when) < every {
+		return
+	}
+	*w = waitLog{msg: msg, when: t}
+	p.Log.Warn(msg, append([]any{"resource", p.Resource}, args...)...)
 }
 
 func (p *Endpoint) socketPath() string { return filepath.Join(p.Dir, p.Socket) }

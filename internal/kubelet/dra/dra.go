@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -45,9 +46,12 @@ import (
 
 // Defaults of the Options.
 const (
-	DefaultSuffix        = "cdi-exec.io"
-	DefaultStateDir      = "/var/lib/cdi-kubelet-plugin"
-	DefaultPoll          = 5 * time.Second
+	DefaultSuffix   = "cdi-exec.io"
+	DefaultStateDir = "/var/lib/cdi-kubelet-plugin"
+	DefaultPoll     = 5 * time.Second
+	// DefaultWaitLog is how often a driver that the kubelet has not
+	// registered says so.
+	DefaultWaitLog       = 30 * time.Second
 	DefaultStaleInterval = time.Minute
 	// DefaultStaleGrace is how long a claim must have been gone before
 	// its devices are freed: the kubelet unprepares a deleted pod's claims
@@ -72,9 +76,13 @@ type Options struct {
 	PluginStateDir string
 	// PodUID, the UID of the driver's own pod, enables rolling updates:
 	// the old and the new pod serve side by side for a while.
-	PodUID        string
-	Caller        caller.Caller
-	Poll          time.Duration // how often DEVICES is asked
+	PodUID string
+	Caller caller.Caller
+	Poll   time.Duration // how often DEVICES is asked
+	// WaitLog is how often a driver the kubelet has not registered yet
+	// says so (one log line naming its registration socket); zero means
+	// DefaultWaitLog.
+	WaitLog       time.Duration
 	StaleInterval time.Duration // how often prepared claims are checked
 	StaleGrace    time.Duration // how long a claim must be gone before it is freed
 	// TaintEffect is the effect of the taint an unusable device gets:
@@ -182,6 +190,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer cancel(nil)
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(p.log.Handler()))
 	fatal := func(err error) { cancel(fmt.Errorf("%w: %w", errFatal, err)) }
+	if _, err := os.Stat(p.opt.KubeletDir); err != nil {
+		p.log.Warn("the kubelet's root directory is not there: its plugin directories are made, and the drivers wait for a kubelet to register the drivers",
+			"dir", p.opt.KubeletDir, "expected", "a running kubelet whose --root-dir is --kubelet-dir, mounted into this container")
+	}
 	for _, d := range p.drivers {
 		d.refresh(ctx)
 		if err := d.start(ctx, p.opt, fatal); err != nil {
@@ -199,8 +211,16 @@ func (p *Plugin) Run(ctx context.Context) error {
 		defer wg.Done()
 		inventory.Every(ctx, p.opt.StaleInterval, nil, func() { p.collectLeftovers(ctx, time.Now()) })
 	}()
+	waitLog := p.opt.WaitLog
+	if waitLog <= 0 {
+		waitLog = DefaultWaitLog
+	}
 	for _, d := range p.drivers {
-		wg.Add(3)
+		wg.Add(4)
+		go func() {
+			defer wg.Done()
+			d.awaitKubelet(ctx, waitLog, p.opt.KubeletDir)
+		}()
 		go func() {
 			defer wg.Done()
 			d.poll(ctx, p.opt.Poll)

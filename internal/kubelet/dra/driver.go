@@ -201,3 +201,40 @@ func (d *driver) HandleError(_ context.Context, err error, msg string) {
 	d.log.Error(msg, "err", err)
 	d.fatal(fmt.Errorf("driver %s: %s: %w", d.name, msg, err))
 }
+
+// awaitKubelet says, every interval until the kubelet has registered the
+// driver, that it waits for that: one log line naming the registration
+// socket the kubelet should find and the directory it should watch. It
+// says once when the registration came.
+func (d *driver) awaitKubelet(ctx context.Context, interval time.Duration, kubeletDir string) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	waited := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		d.mu.Lock()
+		h := d.helper
+		d.mu.Unlock()
+		if h == nil {
+			continue
+		}
+		st := h.RegistrationStatus()
+		if st != nil && st.PluginRegistered {
+			if waited {
+				d.log.Info("registered with the kubelet", "socket", d.regSock)
+			}
+			return
+		}
+		waited = true
+		if st != nil {
+			d.log.Warn("the kubelet refused the driver's registration: waiting for it to try again", "socket", d.regSock, "err", st.Error)
+			continue
+		}
+		d.log.Warn("the kubelet has not registered the driver yet: waiting for it",
+			"socket", d.regSock, "expected", "a running kubelet whose --root-dir is --kubelet-dir "+kubeletDir+", which finds the socket in "+filepath.Dir(d.regSock))
+	}
+}

@@ -1,0 +1,187 @@
+package docs
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/manifests"
+)
+
+// The README's fixture-host recipe works: every host it names is one that
+// mkhost knows, and its mkhost command builds that host. It also says how
+// to keep the demo host.
+func TestReadmeMkhostRecipe(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "`make demo KEEP=1`") {
+		t.Error("the README does not say how to keep the demo host (make demo KEEP=1)")
+	}
+	cmd := regexp.MustCompile(`go run \./test/fixture/mkhost -host (\S+) -root (\S+)(?:\s+# or (.*))?`).FindStringSubmatch(string(readme))
+	if cmd == nil {
+		t.Fatal("the README has no mkhost recipe (go run ./test/fixture/mkhost -host NAME -root DIR)")
+	}
+	hosts := []string{cmd[1]}
+	for _, h := range strings.Split(cmd[3], ",") {
+		hosts = append(hosts, strings.TrimPrefix(strings.TrimSpace(h), "-host "))
+	}
+	for _, h := range hosts {
+		if h == "" {
+			continue
+		}
+		if _, ok := fixture.Named(h); !ok {
+			if _, err := os.Stat(filepath.Join("../..", h)); err != nil {
+				t.Errorf("the README's mkhost recipe names %q, which is neither a fixture host (%v) nor a file", h, fixture.Hosts())
+			}
+		}
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skipf("go is not on PATH to run the recipe: %v", err)
+	}
+	root := filepath.Join(t.TempDir(), "host")
+	run := exec.Command("go", "run", "./test/fixture/mkhost", "-host", cmd[1], "-root", root)
+	run.Dir = "../.."
+	if out, err := run.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", run.Args, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "sys/class")); err != nil {
+		t.Errorf("the recipe built no host: %v", err)
+	}
+}
+
+// One supported Kubernetes range everywhere a user reads it: the DRA mode
+// on 1.35 to 1.37, the device-plugin mode on every supported release (and
+// older ones). Each place states the range and none states another.
+func TestOneKubernetesRange(t *testing.T) {
+	forbidden := regexp.MustCompile(`(Kubernetes|DRA[^.]{0,40}) 1\.3[0-4] (and|or) later|older than 1\.3[0-4]\b|1\.3[0-4] to 1\.3[0-9]|1\.35 to 1\.3[0-68-9]\b`)
+	space := regexp.MustCompile(`\s+`)
+	for _, file := range []string{
+		"README.md",
+		"docs/operations.md",
+		"docs/kubernetes.md",
+		"packaging/nfpm.yaml",
+		"deploy/helm/cdi-exec-plugins/Chart.yaml",
+		"deploy/helm/cdi-exec-plugins/README.md",
+		"deploy/helm/cdi-exec-plugins/templates/NOTES.txt",
+	} {
+		b, err := os.ReadFile(filepath.Join("../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := space.ReplaceAllString(strings.ReplaceAll(string(b), "\n#", " "), " ")
+		if !regexp.MustCompile(`(?i)dra[^.;]{0,80}1\.35 to 1\.37|1\.35 to 1\.37[^.;]{0,40}dra`).MatchString(text) {
+			t.Errorf("%s does not say that the DRA mode runs on Kubernetes 1.35 to 1.37", file)
+		}
+		if !regexp.MustCompile(`device[- ]plugin[^.]{0,200}(every supported release|supported releases|any since|older)`).MatchString(text) &&
+			!regexp.MustCompile(`(every supported release|older)[^.]{0,80}device[- ]plugin`).MatchString(text) {
+			t.Errorf("%s does not say where the device-plugin mode runs", file)
+		}
+		if m := forbidden.FindString(text); m != "" {
+			t.Errorf("%s states another range: %q", file, m)
+		}
+	}
+}
+
+// docs/operations.md's kubectl exec recipe names what the image and the
+// chart have: cdictl's path in the image, the driver's container, the
+// pods' instance label.
+func TestOperationsKubectlExec(t *testing.T) {
+	read := func(file string) string {
+		b, err := os.ReadFile(filepath.Join("../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	ops, image, ds := read("docs/operations.md"), read("Containerfile"), read("deploy/30-daemonset.yaml")
+	for _, cmd := range []string{"cdictl ls -o table", "cdictl devices -o table"} {
+		want := `kubectl -n cdi-exec exec "$pod" -c driver -- /opt/cdi/bin/` + cmd
+		if !strings.Contains(ops, want) {
+			t.Errorf("docs/operations.md lacks %q", want)
+		}
+	}
+	if !strings.Contains(image, "COPY bin/ /opt/cdi/bin/") {
+		t.Error("the image no longer has its binaries, cdictl among them, in /opt/cdi/bin: fix docs/operations.md")
+	}
+	if !strings.Contains(ds, "      - name: driver\n") || !strings.Contains(ds, "app.kubernetes.io/instance: cdi") || !strings.Contains(ds, "namespace: cdi-exec") {
+		t.Error("the driver's container, instance label or namespace changed: fix docs/operations.md")
+	}
+	for _, v := range []string{"CDI_CONF_DIR", "CDI_STATE_DIR", "CDI_HOST_ROOT"} {
+		if !strings.Contains(ds, "- name: "+v) {
+			t.Errorf("the driver's container no longer sets %s, which cdictl there needs", v)
+		}
+	}
+}
+
+// Each plugin's args are listed once, all of them, in the arg table of its
+// docs (docs/plugins.md; sriov's in docs/chaining.md) and in the README's
+// config reference: the args struct of the plugin is the source.
+func TestPluginArgsDocumented(t *testing.T) {
+	plugins, err := os.ReadDir("../../plugins")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)`(?:, `([a-z_]+)`)? \\|")
+	for _, p := range plugins {
+		args, err := manifests.PluginArgs("../../plugins", p.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(args, "cdi_spec") // every plugin's, documented once for all
+		doc, heading := "docs/plugins.md", "## "+p.Name()+"\n"
+		if p.Name() == "sriov" {
+			doc, heading = "docs/chaining.md", ""
+		}
+		b, err := os.ReadFile(filepath.Join("../..", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		if heading != "" {
+			i := strings.Index(text, heading)
+			if i < 0 {
+				t.Fatalf("%s has no section %q", doc, heading)
+			}
+			text = text[i+len(heading):]
+			if j := strings.Index(text, "\n## "); j >= 0 {
+				text = text[:j]
+			}
+		}
+		listed := map[string]int{}
+		for _, m := range row.FindAllStringSubmatch(text, -1) {
+			for _, name := range m[1:] {
+				if _, ok := args[name]; ok {
+					listed[name]++
+				}
+			}
+		}
+		var bullet string
+		if i := strings.Index(string(readme), "- `"+p.Name()+"`: "); i >= 0 {
+			bullet = string(readme)[i:]
+			if j := strings.Index(bullet, "\n- "); j >= 0 {
+				bullet = bullet[:j]
+			}
+			if j := strings.Index(bullet, "\n\n"); j >= 0 {
+				bullet = bullet[:j]
+			}
+		}
+		for name := range args {
+			if listed[name] != 1 {
+				t.Errorf("%s lists the %s arg %s %d times, want once", doc, p.Name(), name, listed[name])
+			}
+			if !strings.Contains(bullet, "`"+name+"`") {
+				t.Errorf("the README's config reference lacks the %s arg %s", p.Name(), name)
+			}
+		}
+	}
+}
