@@ -168,8 +168,9 @@ e2e-cluster: build
 	./test/k8s/build-tools.sh
 	$(call guarded,$(E2E_TEST) -run ^TestCluster $(E2E_FLAGS) ./test/k8s/...)
 
-# Pod start with and without a one-tty DRA claim, one at a time and in
-# batches, and the driver's prepare latency (docs/performance.md, "Pod
+# Pod start without a claim, with a one-tty DRA claim and with a claim of
+# the floor driver (test/k8s/floordriver), one at a time and in batches,
+# and the drivers' prepare latency (docs/performance.md, "Pod
 # start with a claim"), on the real node as e2e-cluster runs it; not run
 # in CI. BENCH_K8S_RUNS, BENCH_K8S_BATCHES and BENCH_K8S_BATCH (from the
 # environment) size it; BENCH_K8S_STRICT=1 fails on a missed target;
