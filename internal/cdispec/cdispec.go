@@ -159,6 +159,9 @@ type Node struct {
 	// then reads them from the host node).
 	Type         string // "c" or "b"
 	Major, Minor int64
+	// Permissions are the cgroup device permissions the container gets
+	// ("rw", "rwm"); "" leaves the runtime's default, "rwm".
+	Permissions string
 }
 
 // Stat fills a node's type and numbers from the host's node under root, or,
@@ -232,7 +235,7 @@ func (c *Config) content(requestID string, nodes []Node, devs []Device) ([]byte,
 		d := specs.Device{Name: name}
 		for _, n := range nodes {
 			d.ContainerEdits.DeviceNodes = append(d.ContainerEdits.DeviceNodes,
-				&specs.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor})
+				&specs.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor, Permissions: n.Permissions})
 		}
 		return d
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cdi-exec/plugins/internal/store"
@@ -23,14 +24,16 @@ func byKeys(keys []string, why func(key string) string) picker {
 		var chosen []Device
 		var bad []string
 		for _, k := range keys {
-			i := slices.IndexFunc(devs, func(d Device) bool { return d.Key == k })
+			// A key names a unit: the device of that key, or a free share
+			// of it (Unit).
+			i := slices.IndexFunc(devs, func(d Device) bool { return Unit(d.Key) == k && free(d.Key) })
 			switch {
-			case !free(k):
-				bad = append(bad, k+": held by another request")
-			case i < 0:
-				bad = append(bad, k+": "+why(k))
-			default:
+			case i >= 0:
 				chosen = append(chosen, devs[i])
+			case !free(k) || slices.ContainsFunc(devs, func(d Device) bool { return Unit(d.Key) == k }):
+				bad = append(bad, k+": held by another request")
+			default:
+				bad = append(bad, k+": "+why(k))
 			}
 		}
 		if len(bad) > 0 {
@@ -63,7 +66,7 @@ func (p Pool) unusable(ctx context.Context, c *skel.Call, key string) string {
 func samePinned(id string, old store.Allocation, keys []string) error {
 	had := make([]string, len(old.Devices))
 	for i, d := range old.Devices {
-		had[i] = d.Key
+		had[i] = Unit(d.Key)
 	}
 	want := slices.Clone(keys)
 	slices.Sort(had)
@@ -73,4 +76,25 @@ func samePinned(id string, old store.Allocation, keys []string) error {
 			id, strings.Join(had, ","), old.Spec, strings.Join(keys, ","))
 	}
 	return nil
+}
+
+// Unit is the device a store key stands for: a device that several
+// requests may hold at once (the generic plugin's shares) is one device
+// in the store per share, share 0 keyed by the device's own key and share
+// i > 0 by <key>/<i>. Keys never contain "/" otherwise (their grammar
+// forbids it), so other plugins' keys are their own units, and a pinned
+// ADD names units.
+func Unit(key string) string {
+	if i := strings.IndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// ShareKey is the store key of share i of the device key (Unit).
+func ShareKey(key string, i int) string {
+	if i == 0 {
+		return key
+	}
+	return key + "/" + strconv.Itoa(i)
 }

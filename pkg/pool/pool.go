@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cdi-exec/plugins/internal/cdispec"
@@ -99,6 +100,13 @@ type Setup interface {
 	Teardown(ctx context.Context, c *skel.Call, rec *store.Record) error
 }
 
+// Permitter gives the CDI device-node permissions ("rw", "rwm") of a
+// device's nodes in the CDI spec files the pool publishes, by the device's
+// store key; "" leaves the runtime's default.
+type Permitter interface {
+	Permissions(key string) string
+}
+
 // Resolver checks one device that is being handed out, live, and returns
 // its final node paths. An error means the device must not be handed
 // out: ADD then discovers again and chooses again.
@@ -128,6 +136,7 @@ type Pool struct {
 	Placer     Placer     // optional
 	Lister     Lister     // optional: DEVICES is unsupported without it
 	Setup      Setup      // optional
+	Permitter  Permitter  // optional: the runtime's default permissions without it
 
 	// hold replaces HoldLimit in tests.
 	hold time.Duration
@@ -255,7 +264,16 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 	defer st.Close()
 	err = st.View(func(tx *store.Tx) error {
 		for i := range devs {
-			devs[i].HeldBy = tx.Holder(devs[i].Key)
+			d := &devs[i]
+			if d.Shares <= 1 {
+				d.HeldBy = tx.Holder(d.Key)
+				continue
+			}
+			for s := range d.Shares {
+				if h := tx.Holder(ShareKey(d.Key, s)); h != "" && !slices.Contains(d.Holders, h) {
+					d.Holders = append(d.Holders, h)
+				}
+			}
 		}
 		return nil
 	})

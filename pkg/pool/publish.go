@@ -22,9 +22,18 @@ func (a *adder) publish() error {
 		allocs[i] = a.current(al) // a replay publishes the nodes it answers
 	}
 	var nodes []cdispec.Node
+	perms := a.pool.permissions(allocs)
 	for _, al := range allocs {
 		for _, path := range al.HandedOut() {
-			nodes = append(nodes, cdispec.Stat(c.Env.HostRoot, path))
+			n := cdispec.Stat(c.Env.HostRoot, path)
+			n.Permissions = perms[path]
+			nodes = append(nodes, n)
+		}
+	}
+	devs := specDevices(c.Env.HostRoot, allocs)
+	for i := range devs {
+		for j := range devs[i].Nodes {
+			devs[i].Nodes[j].Permissions = perms[devs[i].Nodes[j].Path]
 		}
 	}
 	owner := a.pool.owner(st)
@@ -32,7 +41,7 @@ func (a *adder) publish() error {
 	// written for the runtime to fail on (or to bind an empty directory).
 	err := spec.CheckHost(c.Env.HostRoot)
 	if err == nil {
-		err = spec.Write(owner, c.RequestID, nodes, specDevices(c.Env.HostRoot, allocs))
+		err = spec.Write(owner, c.RequestID, nodes, devs)
 	}
 	if err == nil {
 		a.pool.removeOrphans(st, c)
@@ -79,17 +88,41 @@ func specDevices(root string, allocs []store.Allocation) []cdispec.Device {
 			}
 		}
 		for _, d := range al.Devices {
+			// Shares of one device (Unit) have one entry, named by it.
+			key := Unit(d.Key)
+			if slices.ContainsFunc(out, func(o cdispec.Device) bool { return o.Key == key }) {
+				continue
+			}
 			var paths []string
 			for _, n := range d.Nodes {
 				if al.Nodes == nil || slices.Contains(al.Nodes, n) {
 					paths = append(paths, n)
 				}
 			}
-			dev := cdispec.Device{Key: d.Key}
+			dev := cdispec.Device{Key: key}
 			for _, path := range append(paths, unowned...) {
 				dev.Nodes = append(dev.Nodes, cdispec.Stat(root, path))
 			}
 			out = append(out, dev)
+		}
+	}
+	return out
+}
+
+// permissions are the CDI permissions of the allocations' nodes, by
+// path, from the plugin's Permitter; nil without one.
+func (p Pool) permissions(allocs []store.Allocation) map[string]string {
+	if p.Permitter == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, al := range allocs {
+		for _, d := range al.Devices {
+			if perm := p.Permitter.Permissions(d.Key); perm != "" {
+				for _, n := range d.Nodes {
+					out[n] = perm
+				}
+			}
 		}
 	}
 	return out

@@ -30,4 +30,19 @@ type DeviceInfo struct {
 	// PhysFn is, for an SR-IOV VF, the PCI address of its PF: the VFs of
 	// one PF share what the PF can have (the DRA mode's shared counters).
 	PhysFn string `json:"physfn,omitempty"`
+	// The generic plugin's attributes (docs/plugins.md#generic), left out
+	// by the other plugins: the sysfs class and driver of the unit's
+	// first node, the USB device it hangs off (ids as sysfs gives them,
+	// "1a86"), and the PCI function it is or hangs off.
+	Class      string `json:"class,omitempty"`
+	Driver     string `json:"driver,omitempty"`
+	USBVendor  string `json:"usbVendor,omitempty"`
+	USBProduct string `json:"usbProduct,omitempty"`
+	USBSerial  string `json:"usbSerial,omitempty"`
+	PCIAddress string `json:"pciAddress,omitempty"`
+	// Shares is how many requests may hold the device at once, when more
+	// than one; Holders then lists the request-ids holding a share, in
+	// order, and HeldBy is left empty.
+	Shares  int      `json:"shares,omitempty"`
+	Holders []string `json:"holders,omitempty"`
 }

@@ -4,6 +4,7 @@ package record
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -39,7 +40,13 @@ func (a *Allocation) HandedOut() []string {
 	}
 	var out []string
 	for _, d := range a.Devices {
-		out = append(out, d.Nodes...)
+		for _, n := range d.Nodes {
+			// Shares of one device (pool.Unit) bring the same nodes:
+			// each is handed out once.
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
 	}
 	return out
 }
