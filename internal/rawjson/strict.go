@@ -118,7 +118,7 @@ func mismatch(raw []byte, v reflect.Value, path string) error {
 	if name == "" {
 		return fmt.Errorf("cannot decode %s into %s", what, v.Type())
 	}
-	return fmt.Errorf("field %q: cannot decode %s into %s", name, what, v.Type())
+	return &MemberError{Name: name, Err: fmt.Errorf("field %q: cannot decode %s into %s", name, what, v.Type())}
 }
 
 // UniqueMembers calls fn for each member of the object raw, as rawjson.Members
@@ -172,12 +172,12 @@ func fieldIndex(t reflect.Type, name, path string) (int, error) {
 		}
 	}
 	if near != "" {
-		return 0, CaseError(path, name, near)
+		return 0, &MemberError{Name: path + name, Err: CaseError(path, name, near)}
 	}
 	if near, ok := nearmiss.Closest(name, tags); ok {
-		return 0, fmt.Errorf("unknown field %q; did you mean %q?", path+name, path+near)
+		return 0, &MemberError{Name: path + name, Err: fmt.Errorf("unknown field %q; did you mean %q?", path+name, path+near)}
 	}
-	return 0, fmt.Errorf("unknown field %q", path+name)
+	return 0, &MemberError{Name: path + name, Err: fmt.Errorf("unknown field %q", path+name)}
 }
 
 // CaseError is the error for a member name that is a field's name only
