@@ -65,7 +65,11 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 	for _, conf := range confs {
 		if _, err := a.caller().Info(a.ctx(), conf); err != nil {
 			e := toErrorJSON(err)
-			out = append(out, finding{File: conf.File, Msg: fmt.Sprintf("plugin %s refuses it: %s", conf.Plugin, e)})
+			f := finding{File: conf.File, Msg: fmt.Sprintf("plugin %s refuses it: %s", conf.Plugin, e)}
+			if e.Code == protocol.CodeInvalidConfig {
+				f.Line, f.Col = caller.ArgsPlace(conf.Raw, e.Details)
+			}
+			out = append(out, f)
 		}
 		out = append(out, a.checkEdits(conf)...)
 	}

@@ -169,6 +169,23 @@ func memberOffset(raw []byte, name string) int {
 	return off
 }
 
+// ArgsPlace places a plugin's refusal of a config (code 101) in the
+// config file: details that start with a member path below args
+// ("args.rules[1].paths[0]: ...", as the generic plugin words them) point
+// at that member's value in raw. It reports 0, 0 when the details name no
+// member that raw has.
+func ArgsPlace(raw []byte, details string) (line, col int) {
+	member, _, ok := strings.Cut(details, ": ")
+	if !ok || !strings.HasPrefix(member, "args.") || strings.ContainsAny(member, " \t\"") {
+		return 0, 0
+	}
+	off := rawjson.Locate(raw, member)
+	if off < 0 {
+		return 0, 0
+	}
+	return lineCol(raw, off)
+}
+
 // lineCol turns a byte offset into a line and column, both from 1; the
 // column counts bytes.
 func lineCol(raw []byte, off int) (line, col int) {

@@ -75,3 +75,21 @@ func FuzzProblemPlace(f *testing.F) {
 		}
 	})
 }
+
+func TestArgsPlace(t *testing.T) {
+	raw := []byte("{\n  \"plugin\": \"generic\",\n  \"args\": {\n    \"rules\": [\n      {\"paths\": [\"/dev/kvm\", \"/dev/tty[\"]}\n    ]\n  }\n}\n")
+	for _, tt := range []struct {
+		details   string
+		line, col int
+	}{
+		{`args.rules[0].paths[1]: "/dev/tty[" is not a valid glob`, 5, 30},
+		{`args.rules[0]: a rule needs "paths"`, 5, 7},
+		{`args: unknown field "x"`, 0, 0},
+		{`no member here`, 0, 0},
+		{`args.nothing: x`, 3, 11},
+	} {
+		if l, c := ArgsPlace(raw, tt.details); l != tt.line || c != tt.col {
+			t.Errorf("ArgsPlace(%q) = %d:%d, want %d:%d", tt.details, l, c, tt.line, tt.col)
+		}
+	}
+}
