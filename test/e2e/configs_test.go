@@ -5,7 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/cdi-exec/plugins/test/fixture"
 )
 
 // shippedConfigs returns the configs `make install-conf` installs:
@@ -79,8 +82,40 @@ func TestExampleConfigsAreValid(t *testing.T) {
 	var caps map[string]any
 	r := n.ctl("info")
 	r.json(t, &caps)
-	want := map[string]any{"cdiVersion": "0.0.2", "gpu": float64(0), "vgpu": float64(0), "vfio": float64(0), "serial": float64(3), "compute": float64(0), "cuda": float64(0), "cudadistro": float64(0), "pgpu": float64(0)}
+	want := map[string]any{"cdiVersion": "0.0.2", "gpu": float64(0), "vgpu": float64(0), "vfio": float64(0), "serial": float64(3), "compute": float64(0), "cuda": float64(0), "cudadistro": float64(0), "pgpu": float64(0),
+		"kvm": float64(0), "fuse": float64(0), "tun": float64(0), "usbserial": float64(0), "camera": float64(0), "fido": float64(0), "npu": float64(0)}
 	if r.status != 0 || r.stderr != "" || !reflect.DeepEqual(caps, want) {
 		t.Fatalf("info: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+}
+
+// The generic plugin's example configs on the generic-devices host: kvm,
+// fuse and tun with their shares, the two adapters whose serials the
+// example names (not the third), the camera with both its nodes, the
+// YubiKey and the NPU; one request takes one of each.
+func TestGenericExampleConfigs(t *testing.T) {
+	needRealNodes(t)
+	conf, err := filepath.Abs("../../conf/examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &ctlNode{node: newNode(t, fixture.GenericDevices()), scripts: t.TempDir(), conf: conf}
+	var caps map[string]any
+	r := n.ctl("info")
+	r.json(t, &caps)
+	want := map[string]any{"cdiVersion": "0.0.2", "gpu": float64(0), "vgpu": float64(0), "vfio": float64(0), "serial": float64(0),
+		"compute": float64(0), "cuda": float64(0), "cudadistro": float64(0), "pgpu": float64(0), "kvm": float64(8), "fuse": float64(16), "tun": float64(16), "usbserial": float64(2), "camera": float64(1), "fido": float64(1), "npu": float64(1)}
+	if r.status != 0 || !reflect.DeepEqual(caps, want) {
+		t.Fatalf("info: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+	var add struct{ Devices []string }
+	r = n.ctl("add", "--id", "p", "camera:1,fido:1,fuse:1,kvm:1,npu:1,tun:1,usbserial:2")
+	r.json(t, &add)
+	wantDevs := "/dev/video0 /dev/video1 /dev/hidraw0 /dev/fuse /dev/kvm /dev/accel/accel0 /dev/net/tun /dev/ttyUSB0 /dev/ttyUSB1"
+	if r.status != 0 || strings.Join(add.Devices, " ") != wantDevs {
+		t.Fatalf("add: %d %s %s", r.status, r.stdout, r.stderr)
+	}
+	if r := n.ctl("add", "--id", "q", "usbserial:1"); r.status == 0 {
+		t.Fatalf("a third adapter: %s", r.stdout)
 	}
 }

@@ -60,7 +60,7 @@ func TestGenericGolden(t *testing.T) {
 		{"generic_info", env("CDI_COMMAND=INFO"), 0}, // capacity, not what is free
 		{"generic_devices", env("CDI_COMMAND=DEVICES"), 0},
 		{"del_ok", env("CDI_COMMAND=DEL", "CDI_REQUEST_ID=serials"), 0},
-		{"del_unknown", env("CDI_COMMAND=DEL", "CDI_REQUEST_ID=serials"), 0},
+		{"generic_del_unknown", env("CDI_COMMAND=DEL", "CDI_REQUEST_ID=serials"), 0},
 	})
 }
 
