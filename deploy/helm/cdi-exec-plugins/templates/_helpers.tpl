@@ -104,3 +104,10 @@ rollingUpdate:
   maxSurge: 0
 {{- end -}}
 {{- end -}}
+
+{{/*
+Whether a type is on: its values have no enabled, or enabled true.
+*/}}
+{{- define "cdi.enabled" -}}
+{{- if or (not (hasKey . "enabled")) .enabled -}}true{{- end -}}
+{{- end -}}
