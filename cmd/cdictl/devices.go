@@ -141,6 +141,9 @@ func deviceRows(out []devicesEntry) [][]string {
 		}
 		for _, d := range e.Devices {
 			id := strings.Trim(d.VendorID+":"+d.DeviceID, ":")
+			if id == "" {
+				id = strings.Trim(d.USBVendor+":"+d.USBProduct, ":") // a USB device's ids
+			}
 			name := strings.TrimSpace(d.Vendor + " " + d.Product)
 			if id == "" {
 				id = "-"
@@ -158,6 +161,10 @@ func deviceRows(out []devicesEntry) [][]string {
 				state = "held by " + d.HeldBy
 			case !d.Usable:
 				state = "unusable: " + d.Reason
+			case d.Shares > 1 && len(d.Holders) > 0:
+				state = fmt.Sprintf("%d of %d shares held by %s", len(d.Holders), d.Shares, strings.Join(d.Holders, ","))
+			case d.Shares > 1:
+				state = fmt.Sprintf("free (%d shares)", d.Shares)
 			}
 			rows = append(rows, []string{e.Type, e.Plugin, d.Key, strings.Join(d.Nodes, " "), id, name, numa, dash(d.PCIeSwitch), state})
 		}

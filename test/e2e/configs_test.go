@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -117,5 +118,17 @@ func TestGenericExampleConfigs(t *testing.T) {
 	}
 	if r := n.ctl("add", "--id", "q", "usbserial:1"); r.status == 0 {
 		t.Fatalf("a third adapter: %s", r.stdout)
+	}
+	// cdictl devices shows the shares held and a USB device's ids.
+	r = n.ctl("devices", "-o", "table")
+	var rows []string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		rows = append(rows, strings.Join(strings.Fields(l), " "))
+	}
+	for _, want := range []string{"kvm generic kvm /dev/kvm - - - - 1 of 8 shares held by p",
+		"usbserial generic 1a86:7523:A50285BI /dev/ttyUSB0 1a86:7523 - 0 - held by p"} {
+		if !slices.Contains(rows, want) {
+			t.Errorf("cdictl devices lacks %q:\n%s", want, r.stdout)
+		}
 	}
 }
