@@ -51,3 +51,22 @@ func TestStandardAttributes(t *testing.T) {
 		}
 	}
 }
+
+// The generic plugin's units carry their class, driver and USB device, so
+// that a claim can select "the adapter with serial X" with CEL; a USB
+// unit's pciAddress is its controller's.
+func TestAttributesGeneric(t *testing.T) {
+	dev := protocol.DeviceInfo{Key: "1a86:7523:A50285BI", NUMA: 0, Usable: true, Class: "tty", Driver: "ch341-uart",
+		USBVendor: "1a86", USBProduct: "7523", USBSerial: "A50285BI", PCIAddress: "0000:00:14.0"}
+	a := attributes(dev)
+	for name, want := range map[string]string{"class": "tty", "driver": "ch341-uart", "usbVendor": "1a86",
+		"usbProduct": "7523", "usbSerial": "A50285BI", "pciAddress": "0000:00:14.0", "key": dev.Key} {
+		v := a[resourceapi.QualifiedName(name)].StringValue
+		if v == nil || *v != want {
+			t.Errorf("%s = %v, want %q", name, v, want)
+		}
+	}
+	if _, ok := attributes(protocol.DeviceInfo{Key: "kvm", NUMA: -1})[attrUSBSerial]; ok {
+		t.Error("usbSerial published for a device without one")
+	}
+}

@@ -35,6 +35,13 @@ const (
 	attrPCIeSwitch resourceapi.QualifiedName = "pcieSwitch" // the switch's upstream port, "0000:17:00.0"
 	attrDeviceID   resourceapi.QualifiedName = "deviceId"
 	attrUUID       resourceapi.QualifiedName = "uuid" // an NVIDIA GPU's "GPU-...", as NVIDIA's DRA driver names it
+	// The generic plugin's (docs/plugins.md#generic): the sysfs class and
+	// driver of a unit's nodes, and the USB device it hangs off.
+	attrClass      resourceapi.QualifiedName = "class"
+	attrDriver     resourceapi.QualifiedName = "driver"
+	attrUSBVendor  resourceapi.QualifiedName = "usbVendor"
+	attrUSBProduct resourceapi.QualifiedName = "usbProduct"
+	attrUSBSerial  resourceapi.QualifiedName = "usbSerial"
 )
 
 // refresh asks every config's plugin for its devices (the poller's
@@ -240,6 +247,15 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 	if request.IsPCIAddr(dev.Key) {
 		a[attrPCIAddress] = str(dev.Key)
 		a[deviceattribute.StandardDeviceAttributePCIBusID] = str(dev.Key)
+	} else if dev.PCIAddress != "" {
+		a[attrPCIAddress] = str(dev.PCIAddress)
+	}
+	for name, v := range map[resourceapi.QualifiedName]string{attrClass: dev.Class, attrDriver: dev.Driver,
+		attrUSBVendor: dev.USBVendor, attrUSBProduct: dev.USBProduct, attrUSBSerial: dev.USBSerial} {
+		// A string attribute holds at most 64 bytes.
+		if v != "" && len(v) <= resourceapi.DeviceAttributeMaxValueLength {
+			a[name] = str(v)
+		}
 	}
 	if dev.VendorID != "" {
 		a[attrVendorID] = str(dev.VendorID)
