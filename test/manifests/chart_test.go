@@ -365,3 +365,48 @@ func TestChartClaimStatusRBAC(t *testing.T) {
 		}
 	}
 }
+
+// The generic plugin's kvm, fuse and tun types are off by default; one
+// turned on gets its config (a generic config of its type, in
+// kvm.d/generic.conf), its mount and its DeviceClass, and nothing else
+// changes.
+func TestChartGenericTypes(t *testing.T) {
+	classes := func(objs []Object) []string {
+		var out []string
+		for _, o := range objs {
+			if c, ok := o.Obj.(*resourceapi.DeviceClass); ok {
+				out = append(out, c.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	off := rendering(t)
+	if got := classes(off); !slices.Equal(got, []string{"gpu.cdi-exec.io", "tty.cdi-exec.io"}) {
+		t.Errorf("default DeviceClasses %v", got)
+	}
+	if _, ok := find[*corev1.ConfigMap](t, off).Data["kvm.conf"]; ok {
+		t.Error("kvm configured by default")
+	}
+	on := rendering(t, "types.kvm.enabled=true")
+	if got := classes(on); !slices.Equal(got, []string{"gpu.cdi-exec.io", "kvm.cdi-exec.io", "tty.cdi-exec.io"}) {
+		t.Errorf("DeviceClasses with kvm %v", got)
+	}
+	conf := find[*corev1.ConfigMap](t, on).Data["kvm.conf"]
+	for _, want := range []string{`"plugin": "generic"`, `"type": "kvm"`, `"/dev/kvm"`, `"shares": 8`} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("kvm.conf lacks %s:\n%s", want, conf)
+		}
+	}
+	var paths []string
+	for _, v := range find[*appsv1.DaemonSet](t, on).Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil {
+			for _, it := range v.ConfigMap.Items {
+				paths = append(paths, it.Path)
+			}
+		}
+	}
+	if !slices.Contains(paths, "kvm.d/generic.conf") {
+		t.Errorf("config paths %v lack kvm.d/generic.conf", paths)
+	}
+}
