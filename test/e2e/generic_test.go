@@ -449,3 +449,28 @@ func TestGenericInterleavingAgainstModel(t *testing.T) {
 		t.Errorf("store has %d records, model %d", len(recs), want)
 	}
 }
+
+// cdictl validate places the generic plugin's refusals at the member in
+// the config file: a bad glob, an unknown member, contradictory rules.
+func TestGenericValidatePlacesProblems(t *testing.T) {
+	head := "{\n  \"cdiVersion\": \"0.0.2\",\n  \"name\": \"x\",\n  \"type\": \"%s\",\n  \"plugin\": \"generic\",\n  \"args\": {\"rules\": [\n"
+	confs := map[string]string{
+		"glob.d/g.conf":  fmt.Sprintf(head, "glob") + "    {\"paths\": [\"/dev/kvm\", \"/dev/tty[0-\"]}\n  ]}\n}\n",
+		"typo.d/g.conf":  fmt.Sprintf(head, "typo") + "    {\"paths\": [\"/dev/kvm\"],\n     \"share\": 3}\n  ]}\n}\n",
+		"twice.d/g.conf": fmt.Sprintf(head, "twice") + "    {\"paths\": [\"/dev/fuse\"]},\n    {\"paths\": [\"/dev/fuse\"], \"shares\": 2}\n  ]}\n}\n",
+	}
+	n := newCtlNode(t, fixture.Host{Misc: []fixture.Misc{fixture.KVM, fixture.FUSE}}, confs)
+	r := n.ctl("validate", "-o", "table")
+	for _, want := range []string{
+		filepath.Join(n.conf, "glob.d/g.conf") + `:7:28: plugin generic refuses it: error: Invalid configuration: args.rules[0].paths[1]: "/dev/tty[0-" is not a valid glob`,
+		filepath.Join(n.conf, "typo.d/g.conf") + `:8:15: plugin generic refuses it: error: Invalid configuration: args.rules[0].share: unknown field "rules[0].share"`,
+		filepath.Join(n.conf, "twice.d/g.conf") + `:8:16: plugin generic refuses it: error: Invalid configuration: args.rules[1].paths[0]: selects the same devices as rules[0].paths[0]`,
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("validate lacks\n%s\n%s", want, r.stdout)
+		}
+	}
+	if r.status != 1 {
+		t.Errorf("validate: status %d", r.status)
+	}
+}
