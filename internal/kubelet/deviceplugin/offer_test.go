@@ -53,3 +53,34 @@ func TestMergeAndOffer(t *testing.T) {
 		t.Errorf("held as tty %v", got)
 	}
 }
+
+// A unit that several requests may hold at once (the generic plugin's
+// shares) is offered once per share: <key>, <key>-s1, ...; the requests
+// holding shares take the last ones, so that a share held by another
+// caller is unhealthy and the free ones come first. A pinned ADD names
+// the unit once, however many of its share devices it got.
+func TestMergeShares(t *testing.T) {
+	mine := requestID("cdi-exec.io/kvm", "kvm", []string{"kvm-s2"})
+	answers := [][]protocol.DeviceInfo{{
+		{Key: "kvm", NUMA: -1, Usable: true, Shares: 4, Holders: []string{mine, "cdictl-vm"}},
+		{Key: "fuse", NUMA: -1, Usable: true, Shares: 2},
+	}}
+	inv := inventory.Merge(answers)
+	want := []Device{
+		{ID: "kvm", NUMA: -1, Healthy: true, Free: true},
+		{ID: "kvm-s1", NUMA: -1, Healthy: true, Free: true},
+		{ID: "kvm-s2", NUMA: -1},
+		{ID: "kvm-s3", NUMA: -1, Healthy: true},
+		{ID: "fuse", NUMA: -1, Healthy: true, Free: true},
+		{ID: "fuse-s1", NUMA: -1, Healthy: true, Free: true},
+	}
+	if got := offer(inv, "kvm"); !reflect.DeepEqual(got, want) {
+		t.Errorf("offer:\n got %+v\nwant %+v", got, want)
+	}
+	if got := held(inv, "kvm"); !slices.Equal(got, []string{mine}) {
+		t.Errorf("held %v", got)
+	}
+	if got := inv.Units([]string{"kvm-s1", "kvm", "fuse-s1", "tty3"}); !slices.Equal(got, []string{"kvm", "fuse", "tty3"}) {
+		t.Errorf("Units %v", got)
+	}
+}

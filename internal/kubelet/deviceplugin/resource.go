@@ -136,7 +136,7 @@ func (r *resource) Allocate(ctx context.Context, ids []string) (*Allocation, err
 	inv := r.poller.Inventory()
 	for _, g := range inv.Groups(inv.Order(ids)) {
 		var added *caller.Added
-		added, err = r.caller.AddDevices(ctx, r.confs[g.Conf], id, request.Spec{Type: r.typ}, g.Keys)
+		added, err = r.caller.AddDevices(ctx, r.confs[g.Conf], id, request.Spec{Type: r.typ}, inv.Units(g.Keys))
 		if err != nil {
 			break
 		}

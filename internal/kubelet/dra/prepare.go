@@ -237,14 +237,15 @@ func (d *driver) plugins() []string {
 // cdiKeyDevices), or, from a plugin that names none, the request's
 // cdiDevices.
 func (d *driver) add(ctx context.Context, uid string, keys []string, settings claimconfig.Settings, cdi map[string][]string) error {
-	for _, g := range d.poller.Inventory().Groups(keys) {
+	inv := d.poller.Inventory()
+	for _, g := range inv.Groups(keys) {
 		conf := d.confs[g.Conf]
 		raw, err := settings.Apply(conf.Raw)
 		if err != nil {
 			return fmt.Errorf("%s: %w", conf.File, err)
 		}
 		conf.Raw = raw
-		added, err := d.caller.AddDevices(ctx, conf, uid, request.Spec{Type: d.typ}, g.Keys)
+		added, err := d.caller.AddDevices(ctx, conf, uid, request.Spec{Type: d.typ}, inv.Units(g.Keys))
 		if err != nil {
 			return err
 		}
@@ -253,7 +254,7 @@ func (d *driver) add(ctx context.Context, uid string, keys []string, settings cl
 			return errors.New("the plugins' ADD answers name no CDI devices; give their configs a cdi_spec arg, or none at all")
 		}
 		for _, k := range g.Keys {
-			if id, ok := byKey[k]; ok {
+			if id, ok := byKey[inv.UnitOf(k)]; ok { // a share device's is its unit's
 				cdi[k] = []string{id}
 			} else {
 				cdi[k] = names

@@ -34,6 +34,65 @@ type Inventory struct {
 	// Holders are the request-ids that hold a device of any config,
 	// usable or not, in the order first seen.
 	Holders []string
+	// Unit maps the key of each share device but the first of a shared
+	// unit (ShareKey) to the unit's key, which a pinned ADD names (Units).
+	Unit map[string]string
+}
+
+// ShareKey is the key of share device i > 0 of a unit that several
+// requests may hold at once (DEVICES' shares; docs/kubernetes.md, "Shared
+// units"): <key>-s<i>. Share 0 is the unit's own key.
+func ShareKey(key string, i int) string { return fmt.Sprintf("%s-s%d", key, i) }
+
+// Expand lists each shared unit of a DEVICES answer as its share devices,
+// <key>, <key>-s1, ..., so that both modes offer a unit once per share.
+// The request-ids holding shares take the last of them, so that the first
+// are the free ones. Other devices stay as they are.
+func Expand(devs []protocol.DeviceInfo) []protocol.DeviceInfo {
+	out := make([]protocol.DeviceInfo, 0, len(devs))
+	for _, d := range devs {
+		if d.Shares <= 1 {
+			out = append(out, d)
+			continue
+		}
+		for i := range d.Shares {
+			s := d
+			s.Shares, s.Holders = 0, nil
+			if i > 0 {
+				s.Key = ShareKey(d.Key, i)
+			}
+			if h := d.Shares - 1 - i; h < len(d.Holders) {
+				s.HeldBy = d.Holders[h]
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Units maps keys of the inventory to the keys a pinned ADD names: a
+// shared unit's share devices to the unit, each unit once (a request
+// holds one share of a unit however many of its share devices it got),
+// in order.
+func (inv Inventory) Units(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if u, ok := inv.Unit[k]; ok {
+			k = u
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// UnitOf is the key a pinned ADD names for key (Units).
+func (inv Inventory) UnitOf(key string) string {
+	if u, ok := inv.Unit[key]; ok {
+		return u
+	}
+	return key
 }
 
 // Devices asks one plugin for its inventory (the DEVICES extension).
@@ -63,6 +122,16 @@ func Merge(answers [][]protocol.DeviceInfo) Inventory {
 	seen := map[string]bool{}
 	for i, devs := range answers {
 		for _, d := range devs {
+			for s := 1; s < d.Shares; s++ {
+				if inv.Unit == nil {
+					inv.Unit = map[string]string{}
+				}
+				if _, ok := inv.Unit[ShareKey(d.Key, s)]; !ok {
+					inv.Unit[ShareKey(d.Key, s)] = d.Key
+				}
+			}
+		}
+		for _, d := range Expand(devs) {
 			if d.HeldBy != "" && !slices.Contains(inv.Holders, d.HeldBy) {
 				inv.Holders = append(inv.Holders, d.HeldBy)
 			}
@@ -194,11 +263,15 @@ func (p *Poller) Inventory() Inventory {
 }
 
 // Answers returns the last good answer of every config, in config order,
-// usable or not.
+// usable or not, with shared units as their share devices (Expand).
 func (p *Poller) Answers() [][]protocol.DeviceInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.answers)
+	out := make([][]protocol.DeviceInfo, len(p.answers))
+	for i, devs := range p.answers {
+		out[i] = Expand(devs)
+	}
+	return out
 }
 
 // Reported returns the first config whose last answer reports key, and
@@ -207,7 +280,7 @@ func (p *Poller) Reported(key string) (int, protocol.DeviceInfo, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, devs := range p.answers {
-		for _, dev := range devs {
+		for _, dev := range Expand(devs) {
 			if dev.Key == key {
 				return i, dev, true
 			}
