@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -15,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
 	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
 // genericNode is the generic-devices fixture host. Path rules find a
@@ -473,4 +477,66 @@ func TestGenericValidatePlacesProblems(t *testing.T) {
 	if r.status != 1 {
 		t.Errorf("validate: status %d", r.status)
 	}
+}
+
+// The device-plugin mode offers a shared unit once per share: kvm with 3
+// shares is three device ids, kvm, kvm-s1, kvm-s2; three pods each get
+// one and /dev/kvm; a fourth allocation fails, as the plugin's 103.
+func TestKubeletPluginGenericShares(t *testing.T) {
+	needRealNodes(t)
+	conf := `{"cdiVersion":"0.0.2","name":"kvm","type":"kvm","plugin":"generic","args":{"rules":[{"paths":["/dev/kvm"],"shares":3}]}}`
+	n := newCtlNode(t, fixture.Host{Misc: []fixture.Misc{fixture.KVM}}, map[string]string{"kvm.d/generic.conf": conf})
+	k := kubelettest.Start(t)
+	cmd := exec.Command(filepath.Join(binDir, "cdi-kubelet-plugin"), "device-plugin",
+		"--conf-dir", n.conf, "--kubelet-dir", k.Root, "--cdi-spec-dir", filepath.Join(t.TempDir(), "cdi"), "--resource-prefix", "example.com")
+	cmd.Env = []string{"CDI_PATH=" + binDir, "CDI_STATE_DIR=" + n.state, "CDI_HOST_ROOT=" + n.root}
+	var logs kubelettest.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var reg *api.RegisterRequest
+	select {
+	case reg = <-k.Registrations:
+	case <-time.After(time.Minute):
+		t.Fatalf("no registration within a minute:\n%s", logs.String())
+	}
+	c := k.Dial(reg.Endpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := c.ListAndWatch(ctx, &api.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range first.Devices {
+		if d.Health == api.Healthy {
+			ids = append(ids, d.ID)
+		}
+	}
+	if strings.Join(ids, " ") != "kvm kvm-s1 kvm-s2" {
+		t.Fatalf("devices %v", first.Devices)
+	}
+	for _, id := range ids {
+		resp, err := c.Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{id}}}})
+		if err != nil {
+			t.Fatalf("Allocate %s: %v\n%s", id, err, logs.String())
+		}
+		if cdi := resp.ContainerResponses[0].CdiDevices; len(cdi) != 1 {
+			t.Fatalf("Allocate %s: CDI devices %v", id, cdi)
+		}
+	}
+	if _, err := c.Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{"kvm-s1", "kvm-s2"}}}}); err == nil || !strings.Contains(err.Error(), "103") && !strings.Contains(err.Error(), "held by another request") {
+		t.Fatalf("a fourth allocation: %v", err)
+	}
+	recs := n.records("generic")
+	if len(recs) != 3 {
+		t.Fatalf("records %v", recs)
+	}
+	checkShares(t, recs, map[string]int{"kvm": 3})
 }
