@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cdi-exec/plugins/test/fixture"
 )
 
 // The generic plugin's kvm type as the real-node tests serve it: this
@@ -169,4 +171,113 @@ func (d *draRun) waitDevices(ctx context.Context, t *testing.T, driver string, n
 		t.Fatal(err)
 	}
 	return names
+}
+
+// TestClusterDRAGenericSerial deploys the DRA mode with its host's /sys
+// and /dev taken from a fixture host with three CH340 USB serial
+// adapters (serials A50285BI and B71234XY, and one without), served by the
+// generic plugin as the usbserial type. A claim that selects the adapter
+// with serial B71234XY by its usbSerial attribute, through CEL, gets that
+// adapter: the scheduler allocates it, the plugin holds it under the
+// claim's UID, and the pod sees /dev/ttyUSB1 with its numbers (188:1).
+func TestClusterDRAGenericSerial(t *testing.T) {
+	const serialDriver = "usbserial.cdi-exec.io"
+	serialConf := `{"cdiVersion": "0.0.2", "name": "usb serial", "type": "usbserial", "plugin": "generic", "args": {"rules": [{"paths": ["/dev/ttyUSB*"], "usb": {"vendor": "1a86"}}]}}`
+	ctx, d := newDRARun(t, 15*time.Minute)
+	host := filepath.Join(d.c.Dir, "fixture-host")
+	if err := os.MkdirAll(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := fixture.NodesIn(host); got != fixture.RealNodes {
+		t.Skipf("needs real device nodes (CAP_MKNOD), and this machine makes %s", got)
+	}
+	h := fixture.Host{USBHosts: []fixture.USBHost{{Addr: "0000:00:14.0", NUMA: fixture.Int(0)}},
+		USBDevices: []fixture.USBDevice{fixture.CH340("1", 0, "A50285BI"), fixture.CH340("2", 1, "B71234XY"), fixture.CH340("3", 2, "")}}
+	if err := h.Build(host); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(d.b.conf, "usbserial.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.b.conf, "usbserial.d", "generic.conf"), []byte(serialConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.loadImage(ctx, t)
+	objs := d.driverManifests(t)
+	for _, o := range objs {
+		switch obj := o.(type) {
+		case *corev1.ConfigMap:
+			obj.Data["usbserial.conf"] = serialConf
+		case *appsv1.DaemonSet:
+			for i := range obj.Spec.Template.Spec.Volumes {
+				v := &obj.Spec.Template.Spec.Volumes[i]
+				switch {
+				case v.ConfigMap != nil:
+					v.ConfigMap.Items = append(v.ConfigMap.Items, corev1.KeyToPath{Key: "usbserial.conf", Path: "usbserial.d/generic.conf"})
+				case v.HostPath != nil && (v.HostPath.Path == "/sys" || v.HostPath.Path == "/dev"):
+					v.HostPath.Path = filepath.Join(host, v.HostPath.Path)
+				}
+			}
+		}
+	}
+	objs = append(objs, &resourceapi.DeviceClass{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
+		ObjectMeta: metav1.ObjectMeta{Name: serialDriver},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
+			{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + serialDriver + `"`}}}},
+	})
+	d.apply(ctx, t, objs)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = d.c.Kubectl(ctx, "delete", "deviceclass", serialDriver, "--ignore-not-found")
+	})
+	driverPod := d.waitDriver(ctx, t, "")
+	adapters := d.waitDevices(ctx, t, serialDriver, 3)
+	t.Logf("driver pod %s; the usbserial slice lists %v", driverPod, adapters)
+
+	f := &features{draRun: d}
+	loop := `while :; do echo "devs $(stat -c '%n=%t:%T' /dev/ttyUSB* 2>/dev/null | tr '\n' ' ')"; sleep 1; done`
+	f.yaml(ctx, t, claimYAML("default", "by-serial", `
+requests:
+- name: r
+  exactly:
+    deviceClassName: `+serialDriver+`
+    selectors: [{cel: {expression: 'device.attributes["`+serialDriver+`"].usbSerial == "B71234XY"'}}]`)+
+		fmt.Sprintf("---\napiVersion: v1\nkind: Pod\nmetadata: {name: by-serial, namespace: default}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 0\n  restartPolicy: Never\n"+
+			"  resourceClaims:\n  - {name: s, resourceClaimName: by-serial}\n  containers:\n  - name: c\n    image: %s\n    imagePullPolicy: Never\n    command: [\"/bin/sh\", \"-c\", %q]\n    resources: {claims: [{name: s}]}\n", Image, loop))
+	if _, err := d.c.WaitPod(ctx, "default", "by-serial", Running); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	err := waitFor(ctx, "the pod's devs line", func(ctx context.Context) error {
+		b, err := d.c.api.get(ctx, d.c.url("/containerLogs/default/by-serial/c"))
+		if err != nil {
+			return err
+		}
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if strings.HasPrefix(l, "devs ") {
+				line = strings.TrimSpace(l)
+			}
+		}
+		if line == "" {
+			return fmt.Errorf("no devs line in %q", b)
+		}
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line != "devs /dev/ttyUSB1=bc:1" {
+		t.Fatalf("the pod sees %q, want /dev/ttyUSB1 (188:1) only", line)
+	}
+	claim := f.claim(ctx, t, "default", "by-serial")
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 || claim.Status.Allocation.Devices.Results[0].Device != "x-1a86-27523-2-b71234-x-y" {
+		t.Fatalf("the claim was allocated %+v", claim.Status.Allocation)
+	}
+	held := f.holders(ctx, t)
+	if keys := held[string(claim.UID)]; !slices.Equal(keys, []string{"1a86:7523:B71234XY"}) {
+		t.Fatalf("the plugin holds %v", held)
+	}
+	t.Logf("the claim with usbSerial == B71234XY got %s; the pod sees %q", claim.Status.Allocation.Devices.Results[0].Device, line)
 }
