@@ -60,7 +60,7 @@ func TestMergeAndOffer(t *testing.T) {
 // caller is unhealthy and the free ones come first. A pinned ADD names
 // the unit once, however many of its share devices it got.
 func TestMergeShares(t *testing.T) {
-	mine := requestID("cdi-exec.io/kvm", "kvm", []string{"kvm-s2"})
+	mine := podgc.RequestID("cdi-exec.io/kvm", "kvm", []string{"kvm-s2"})
 	answers := [][]protocol.DeviceInfo{{
 		{Key: "kvm", NUMA: -1, Usable: true, Shares: 4, Holders: []string{mine, "cdictl-vm"}},
 		{Key: "fuse", NUMA: -1, Usable: true, Shares: 2},
@@ -77,7 +77,7 @@ func TestMergeShares(t *testing.T) {
 	if got := offer(inv, "kvm"); !reflect.DeepEqual(got, want) {
 		t.Errorf("offer:\n got %+v\nwant %+v", got, want)
 	}
-	if got := held(inv, "kvm"); !slices.Equal(got, []string{mine}) {
+	if got := podgc.Held(inv.Holders, "kvm"); !slices.Equal(got, []string{mine}) {
 		t.Errorf("held %v", got)
 	}
 	if got := inv.Units([]string{"kvm-s1", "kvm", "fuse-s1", "tty3"}); !slices.Equal(got, []string{"kvm", "fuse", "tty3"}) {
