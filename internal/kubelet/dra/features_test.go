@@ -293,3 +293,45 @@ func TestTaintValue(t *testing.T) {
 }
 
 var _ kubeletplugin.DRAPlugin = (*driver)(nil)
+
+// TestDeviceConfigLimit: the node's config is the upper limit of a claim's
+// DeviceConfig. With the node's drm config at want_device_nodes
+// ["render"], a claim's ["primary", "render"] fails the prepare naming the
+// field and holds nothing, and a claim's null gets the node's render nodes
+// only, not the plugin's default (which adds the KMS node).
+func TestDeviceConfigLimit(t *testing.T) {
+	n := newNode(t, host(), map[string]string{"tty.d/tty.conf": ttyConf,
+		"gpu.d/drm.conf": `{"cdiVersion": "0.0.2", "name": "GPUs", "type": "gpu", "plugin": "drm", "args": {"want_device_nodes": ["render"]}}`})
+	n.start(n.options())
+	gpu := []resourceapi.DeviceRequestAllocationResult{{Request: "g", Driver: gpuDriver, Device: "pci-0000-10-00-0"}}
+	wider := n.allocatedClaim("wider", uid(26), gpu,
+		opaqueConfig(gpuDriver, `{"apiVersion": "cdi-exec.io/v1alpha1", "kind": "DeviceConfig", "want_device_nodes": ["primary", "render"]}`))
+	if got := n.prepare(gpuDriver, wider); !strings.Contains(got.Error, `field "want_device_nodes"`) {
+		t.Fatalf("prepare beyond the node's config: %q, %v", got.Error, got.Devices)
+	}
+	for dev, by := range n.holders("gpu") {
+		if by != "" {
+			t.Fatalf("the failed prepare left %s held by %q", dev, by)
+		}
+	}
+	if r := n.records(gpuDriver); len(r) != 0 {
+		t.Fatalf("the failed prepare left records %v", r)
+	}
+	for i, params := range []string{
+		`{"apiVersion": "cdi-exec.io/v1alpha1", "kind": "DeviceConfig", "want_device_nodes": null}`,
+		`{"apiVersion": "cdi-exec.io/v1alpha1", "kind": "DeviceConfig"}`,
+	} {
+		c := n.allocatedClaim(fmt.Sprint("node-s-", i), uid(27+i), gpu, opaqueConfig(gpuDriver, params))
+		got := n.prepare(gpuDriver, c)
+		if got.Error != "" {
+			t.Fatalf("%s: %s", params, got.Error)
+		}
+		nodes := n.specNodes(cdiOf(t, got.Devices, "g"))
+		if len(nodes) == 0 || slices.ContainsFunc(nodes, func(p string) bool { return !strings.HasPrefix(p, "/dev/dri/renderD") }) {
+			t.Fatalf("%s: the claim gets %v, want the node's render nodes only", params, nodes)
+		}
+		if r := n.unprepare(gpuDriver, c); r.Error != "" {
+			t.Fatal(r.Error)
+		}
+	}
+}

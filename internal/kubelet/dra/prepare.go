@@ -240,7 +240,7 @@ func (d *driver) add(ctx context.Context, uid string, keys []string, settings cl
 	inv := d.poller.Inventory()
 	for _, g := range inv.Groups(keys) {
 		conf := d.confs[g.Conf]
-		raw, err := settings.Apply(conf.Raw)
+		raw, err := settings.Apply(conf.Plugin, conf.Raw)
 		if err != nil {
 			return fmt.Errorf("%s: %w", conf.File, err)
 		}
