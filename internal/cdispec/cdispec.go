@@ -23,6 +23,7 @@ import (
 
 	"github.com/cdi-exec/plugins/internal/atomicfile"
 	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // DefaultDir is where transient specs go unless the config says otherwise;
@@ -112,6 +113,16 @@ var ErrForeign = errors.New("the CDI device name is taken by a spec file this st
 // suffix ends the name of every spec file the owner writes.
 func (o Owner) suffix() string { return "_" + o.Plugin + "-" + o.Store + ".json" }
 
+// validID checks a request-id before it becomes part of a file name: only
+// a valid one (ASCII letters, digits and hyphens: no "/", no ".") ever
+// reaches a path, whoever sent it.
+func validID(requestID string) error {
+	if err := request.ValidRequestID(requestID); err != nil {
+		return fmt.Errorf("no CDI spec path for request-id %q: %w", requestID, err)
+	}
+	return nil
+}
+
 func (o Owner) valid() error {
 	if o.Plugin == "" || strings.ContainsAny(o.Plugin, "/_\x00") || o.Store == "" || strings.Trim(o.Store, "0123456789abcdef") != "" {
 		return fmt.Errorf("invalid spec owner %q/%q", o.Plugin, o.Store)
@@ -123,6 +134,8 @@ func (o Owner) valid() error {
 // upstream convention <vendor>-<class>_<transient id>.json, where the
 // transient id is <request-id>_<plugin>-<store>. Request-ids never contain
 // "_", so the name says unambiguously whose device it is and who owns it.
+// Write and Remove check the request-id (validID) before they use the
+// path; other callers must as well.
 func (c *Config) Path(o Owner, requestID string) string {
 	return filepath.Join(c.Dir, c.prefix()+requestID+o.suffix())
 }
@@ -204,6 +217,9 @@ func Stat(root, path string) Node {
 // when that file appeared while writing, it takes its own file back.
 func (c *Config) Write(o Owner, requestID string, nodes []Node, devs []Device) error {
 	if err := o.valid(); err != nil {
+		return err
+	}
+	if err := validID(requestID); err != nil {
 		return err
 	}
 	if err := c.foreign(o, requestID); err != nil {
@@ -291,6 +307,9 @@ func (c *Config) names() ([]string, error) {
 // Files of other owners are never touched.
 func (c *Config) Remove(o Owner, requestID string) error {
 	if err := o.valid(); err != nil {
+		return err
+	}
+	if err := validID(requestID); err != nil {
 		return err
 	}
 	err := os.Remove(c.Path(o, requestID))

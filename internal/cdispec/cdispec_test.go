@@ -78,6 +78,43 @@ func TestWriteRemove(t *testing.T) {
 	}
 }
 
+// TestCraftedRequestID: a request-id with "/" or ".." (a crafted claim
+// UID) never reaches a path: Write and Remove refuse it, and a file where
+// it would have pointed outside the directory stays.
+func TestCraftedRequestID(t *testing.T) {
+	root := t.TempDir()
+	c := &Config{Kind: "example.com/gpu", Dir: filepath.Join(root, "cdi")}
+	o := Owner{Plugin: "drm", Store: "00ff"}
+	if err := os.MkdirAll(filepath.Join(root, "victim"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(root, "victim", "pwn_drm-00ff.json")
+	if err := os.WriteFile(victim, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"/../../victim/pwn", "../victim/pwn", "a/b", "..", ".", "a..b", "", "a_b", "a\x00b"} {
+		if err := c.Remove(o, id); err == nil {
+			t.Errorf("Remove(%q) = nil, want an error", id)
+		}
+		if err := c.Write(o, id, []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}, nil); err == nil {
+			t.Errorf("Write(%q) = nil, want an error", id)
+		}
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("the file outside the directory: %v", err)
+	}
+	var left []string
+	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && path != victim {
+			left = append(left, path)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Fatalf("files written: %v", left)
+	}
+}
+
 // Two owners share a kind and a directory, beside a file nobody owns and
 // another kind's: each sees, rewrites and removes only its own files, and
 // neither takes a request-id whose device name is already defined.

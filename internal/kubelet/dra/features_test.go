@@ -2,6 +2,8 @@ package dra
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -333,5 +335,43 @@ func TestDeviceConfigLimit(t *testing.T) {
 		if r := n.unprepare(gpuDriver, c); r.Error != "" {
 			t.Fatal(r.Error)
 		}
+	}
+}
+
+// TestCraftedUID: a claim UID with "/" or ".." (only a caller with the
+// kubelet's socket can send one) fails prepare and unprepare with an error
+// naming it, and never reaches a path: the file where the driver's own
+// spec of such a UID would be, outside the CDI spec directory, stays, and
+// the plugins hold nothing.
+func TestCraftedUID(t *testing.T) {
+	n := ttyNode(t)
+	n.start(n.options())
+	const crafted = "/../../victim/pwn"
+	sum := sha256.Sum256([]byte(ttyDriver))
+	victim := filepath.Join(filepath.Dir(n.specDir), "victim", "pwn_cdi-kubelet-plugin-"+hex.EncodeToString(sum[:8])+".json")
+	if err := os.MkdirAll(filepath.Dir(victim), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(victim, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{crafted, "../pwn", "a/b", ".."} {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "crafted", UID: types.UID(uid)}}
+		if r := n.unprepare(ttyDriver, c); !strings.Contains(r.Error, "claim UID") {
+			t.Errorf("unprepare of UID %q: %q, want an error naming the claim UID", uid, r.Error)
+		}
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("unprepare of UID %q removed a file outside the spec directory: %v", crafted, err)
+	}
+	c := n.allocatedClaim("crafted", crafted, []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: ttyDriver, Device: "tty18"}})
+	if got := n.prepare(ttyDriver, c); !strings.Contains(got.Error, "claim UID") {
+		t.Errorf("prepare of UID %q: %q, want an error naming the claim UID", crafted, got.Error)
+	}
+	if h := n.holders("tty"); h["tty18"] != "" {
+		t.Errorf("tty18 is held by %q", h["tty18"])
+	}
+	if r := n.records(ttyDriver); len(r) != 0 {
+		t.Errorf("records %v", r)
 	}
 }

@@ -45,6 +45,11 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	d.ops.Lock()
 	defer d.ops.Unlock()
 	log := d.log.With("claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID)
+	if err := checkUID(string(claim.UID)); err != nil {
+		d.metrics.Prepared(d.name, err, time.Since(start))
+		log.Error("prepare refused", "err", err)
+		return kubeletplugin.PrepareResult{Err: err}
+	}
 	results, err := d.allocated(claim)
 	if err == nil && len(results) == 0 {
 		d.metrics.Prepared(d.name, nil, time.Since(start))
@@ -279,7 +284,11 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	start := time.Now()
 	d.ops.Lock()
 	defer d.ops.Unlock()
-	held, err := d.release(ctx, string(c.UID))
+	var held bool
+	err := checkUID(string(c.UID))
+	if err == nil {
+		held, err = d.release(ctx, string(c.UID))
+	}
 	d.metrics.Unprepared(d.name, err, time.Since(start))
 	log := d.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "took", time.Since(start).Round(time.Millisecond))
 	if err != nil {
@@ -290,6 +299,17 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	log.Info("unprepare", "held", held)
 	if d.status != nil {
 		d.status.set(claimStatus{namespace: c.Namespace, name: c.Name, uid: c.UID})
+	}
+	return nil
+}
+
+// checkUID checks a claim UID at the boundary: it becomes the request-id
+// of the plugins' ADD and DEL and part of spec file names, so only a valid
+// request-id (ASCII letters, digits and hyphens, as the API server's UIDs
+// are) goes further; a crafted one with "/" or ".." never reaches a path.
+func checkUID(uid string) error {
+	if err := request.ValidRequestID(uid); err != nil {
+		return fmt.Errorf("claim UID %q: %w", uid, err)
 	}
 	return nil
 }
