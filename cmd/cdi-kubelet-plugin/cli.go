@@ -133,6 +133,9 @@ func flags(e env) (*flag.FlagSet, *deviceplugin.Options, *observability) {
 // default of --conf-dir.
 func newFlagSet(e env, penv protocol.Env, name string, c *caller.Caller, confDir *string, types *[]string, specDir *string, obs *observability) *flag.FlagSet {
 	c.Path = penv.Path
+	// Every ADD says who makes it, so that cdictl gc leaves what the
+	// Kubernetes modes hold alone (docs/protocol.md#extension-owners).
+	c.Env = append(c.Env, protocol.EnvRequestOwner+"="+protocol.OwnerKubernetes)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.StringVar(confDir, "conf-dir", penv.ConfDir, "plugin configs, `DIR`/<type>.d/*.conf")

@@ -399,10 +399,12 @@ func folderType(path string) string {
 // caller runs plugins with the settings cdictl was given: the search path
 // and state directory reach every plugin as CDI_PATH and CDI_STATE_DIR, so
 // that a delegate is found on the same path and every command sees the
-// same stores.
+// same stores. No owner is inherited from cdictl's environment: its
+// allocations have none, and its GC keeps none unless gc says so.
 func (a *app) caller() caller.Caller {
 	c := caller.Caller{Path: a.cfg.Path, Timeout: a.timeout,
-		Env: []string{protocol.EnvPath + "=" + a.cfg.Path, protocol.EnvStateDir + "=" + a.cfg.StateDir}}
+		Env: []string{protocol.EnvPath + "=" + a.cfg.Path, protocol.EnvStateDir + "=" + a.cfg.StateDir,
+			protocol.EnvRequestOwner + "=", protocol.EnvKeepOwners + "="}}
 	if a.call.Path != c.Path || a.call.Timeout != c.Timeout || !slices.Equal(a.call.Env, c.Env) {
 		a.call = c.WithVersionCache()
 	}

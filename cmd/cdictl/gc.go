@@ -16,7 +16,7 @@ import (
 )
 
 func gcCommand() *command {
-	return &command{name: "gc", flagComplete: map[string]completer{"valid": completeHeldIDs}, args: "--valid ID[,ID...] | --valid-file FILE | --none-valid [--dry-run]", summary: "free every allocation whose request-id is not valid",
+	return &command{name: "gc", flagComplete: map[string]completer{"valid": completeHeldIDs}, args: "--valid ID[,ID...] | --valid-file FILE | --none-valid [--dry-run] [--include-kubernetes]", summary: "free every allocation whose request-id is not valid, except the Kubernetes modes'",
 		example: "cdictl gc --valid pod-1,pod-2\n  cdictl gc --valid-file /run/live-pods\n  cdictl gc --dry-run --none-valid",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var f gcFlags
@@ -24,6 +24,7 @@ func gcCommand() *command {
 			fs.StringVar(&f.validFile, "valid-file", "", "file of request-ids to keep, one per line or comma-separated")
 			fs.BoolVar(&f.noneValid, "none-valid", false, "keep nothing: free every allocation")
 			fs.BoolVar(&f.dryRun, "dry-run", false, "free nothing: list what would be freed, read from the stores")
+			fs.BoolVar(&f.includeKubernetes, "include-kubernetes", false, "free also what the Kubernetes modes (cdi-kubelet-plugin) hold")
 			return f.run
 		},
 		exclusive: [][]string{{"valid", "none-valid"}, {"valid-file", "none-valid"}}}
@@ -34,6 +35,8 @@ type gcFlags struct {
 	validFile string
 	noneValid bool
 	dryRun    bool
+	// includeKubernetes frees what the Kubernetes modes hold as well.
+	includeKubernetes bool
 }
 
 // gcEntry is one plugin's GC outcome.
@@ -58,7 +61,13 @@ func (f *gcFlags) run(a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	collect := func(conf caller.Config) ([]string, error) { return a.caller().GC(a.ctx(), conf, valid) }
+	c := a.caller()
+	if !f.includeKubernetes {
+		// The plugins keep the records the Kubernetes modes made
+		// (docs/protocol.md#extension-owners).
+		c.Env = append(c.Env, protocol.EnvKeepOwners+"="+protocol.OwnerKubernetes)
+	}
+	collect := func(conf caller.Config) ([]string, error) { return c.GC(a.ctx(), conf, valid) }
 	if f.dryRun {
 		listed := map[string]bool{} // plugins whose store is listed
 		collect = func(conf caller.Config) ([]string, error) {
@@ -66,7 +75,7 @@ func (f *gcFlags) run(a *app, args []string) int {
 				return nil, nil
 			}
 			listed[conf.Plugin] = true
-			return wouldFree(a, conf.Plugin, valid)
+			return wouldFree(a, conf.Plugin, valid, f.includeKubernetes)
 		}
 	}
 	out, failed := callEach(a, confs, func(conf caller.Config, e *gcEntry) (err error) {
@@ -88,14 +97,14 @@ func (f *gcFlags) run(a *app, args []string) int {
 	return a.status(failed)
 }
 
-// wouldFree lists the request-ids in plugin's store that are not valid:
-// what its GC would free. It reads the store through the read-only API,
-// as ls does.
-func wouldFree(a *app, plugin string, valid []string) ([]string, error) {
+// wouldFree lists the request-ids in plugin's store that are not valid,
+// and not the Kubernetes modes' unless kube: what its GC would free. It
+// reads the store through the read-only API, as ls does.
+func wouldFree(a *app, plugin string, valid []string, kube bool) ([]string, error) {
 	var ids []string
 	err := store.Inspect(store.Path(a.cfg.StateDir, plugin), a.cfg.LockTimeout, func(tx *store.Tx) error {
 		return tx.ForEach(func(r *store.Record) error {
-			if !slices.Contains(valid, r.ID) {
+			if !slices.Contains(valid, r.ID) && (kube || r.Owner != protocol.OwnerKubernetes) {
 				ids = append(ids, r.ID)
 			}
 			return nil

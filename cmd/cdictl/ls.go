@@ -42,6 +42,10 @@ type allocation struct {
 	// list the same devices.
 	Delegate   string `json:"delegate,omitempty"`
 	DelegateOf string `json:"delegateOf,omitempty"`
+	// Owner is who made the allocation (its record's owner:
+	// "kubernetes" for the Kubernetes modes); absent for a caller that
+	// named none and for records made before owners were kept.
+	Owner string `json:"owner,omitempty"`
 }
 
 // storeError is a store that could not be read.
@@ -67,14 +71,18 @@ func (a *app) ls(args []string) int {
 	if len(errs) > 0 {
 		fields = append(fields, rawjson.Field{Key: "errors", Value: errs})
 	}
-	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tCDI-DEVICES\tNUMA\tAGE\t+DEVICE-KEYS\t+CREATED", rowsOf(rows, func(r *allocation) []string {
+	a.report("REQUEST-ID\tPLUGIN\tREQUEST\tDEVICES\tCDI-DEVICES\tNUMA\tAGE\tOWNER\t+DEVICE-KEYS\t+CREATED", rowsOf(rows, func(r *allocation) []string {
 		plugin := r.Plugin
 		if r.DelegateOf != "" {
 			plugin += " (delegate of " + r.DelegateOf + ")"
 		}
+		owner := r.Owner
+		if owner == "" {
+			owner = "-"
+		}
 		return []string{r.RequestID, plugin, fmt.Sprintf("%s:%d", r.Spec, r.Amount), strings.Join(r.Devices, " "),
 			strings.Join(r.CDIDevices, " "), strings.Trim(strings.ReplaceAll(fmt.Sprint(r.NUMA), " ", ","), "[]"),
-			(time.Duration(r.AgeSeconds) * time.Second).String(), strings.Join(r.DeviceKeys, " "), r.Created.Format(time.RFC3339)}
+			(time.Duration(r.AgeSeconds) * time.Second).String(), owner, strings.Join(r.DeviceKeys, " "), r.Created.Format(time.RFC3339)}
 	}), fields...)
 	return a.status(len(errs) > 0)
 }
@@ -128,7 +136,7 @@ func recordRows(r *store.Record, plugin string, cdiNames []string, now time.Time
 	for _, al := range r.Allocations {
 		row := allocation{RequestID: r.ID, Plugin: plugin, Type: r.Type, Spec: al.Spec, Amount: al.Amount,
 			Devices: rawjson.NonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: rawjson.NonNil(cdiNames),
-			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds()), Delegate: al.Delegate}
+			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds()), Delegate: al.Delegate, Owner: r.Owner}
 		for _, d := range al.Devices {
 			row.DeviceKeys = append(row.DeviceKeys, d.Key)
 			if d.NUMA >= 0 && !slices.Contains(row.NUMA, d.NUMA) {

@@ -43,7 +43,12 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 		if err != nil {
 			return err
 		}
+		// A record made without an owner (before owners were kept) takes
+		// the first one an ADD of its id names; a recorded owner stays.
 		changed := false
+		if rec.Owner == "" && c.Owner != "" {
+			rec.Owner, changed = c.Owner, true
+		}
 		for _, item := range c.Request.Items {
 			if old := rec.Find(item.Spec.String()); old != nil {
 				if err := a.replay(*old, item); err != nil {
@@ -126,7 +131,7 @@ func (a *adder) record(tx *store.Tx) (*store.Record, error) {
 	if a.pool.Spec != nil {
 		a.pool.removeSpec(a.call, cdispec.Owner{Plugin: a.pool.Name, Store: tx.ID()}, a.call.RequestID)
 	}
-	return &store.Record{ID: a.call.RequestID, Type: a.call.Config.Type}, nil
+	return &store.Record{ID: a.call.RequestID, Type: a.call.Config.Type, Owner: a.call.Owner}, nil
 }
 
 // free reports whether a device may be handed out: no request holds it

@@ -47,7 +47,7 @@ func (p Pool) Del(ctx context.Context, c *skel.Call) error {
 }
 
 // GC frees every allocation whose request-id is not in the call's valid
-// set. When the deadline comes first, it stops: the ids not reached are
+// set, unless its record's owner is one the call keeps (KeepOwners). When the deadline comes first, it stops: the ids not reached are
 // left for the next GC and said so in the answer's errors.
 func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
 	res := &skel.GCResult{Freed: []string{}}
@@ -76,7 +76,7 @@ func (p Pool) GC(ctx context.Context, c *skel.Call) (*skel.GCResult, error) {
 func (p Pool) collect(ctx context.Context, c *skel.Call, tx *store.Tx, res *skel.GCResult) error {
 	var stale []*store.Record
 	err := tx.ForEach(func(r *store.Record) error {
-		if !c.ValidIDs[r.ID] {
+		if !c.ValidIDs[r.ID] && !(r.Owner != "" && c.KeepOwners[r.Owner]) {
 			stale = append(stale, r)
 		}
 		return nil

@@ -23,6 +23,12 @@ const (
 	// (docs/protocol.md#extension-pinned-add).
 	EnvRequestDevices = "CDI_REQUEST_DEVICES"
 	EnvValidIDs       = "CDI_VALID_REQUEST_IDS"
+	// EnvRequestOwner names who makes an ADD's allocation, kept in its
+	// record; EnvKeepOwners lists owners whose records a GC keeps
+	// whatever their request-id (docs/protocol.md#extension-owners).
+	// Both are optional: a plugin that does not know them ignores them.
+	EnvRequestOwner = "CDI_REQUEST_OWNER"
+	EnvKeepOwners   = "CDI_GC_KEEP_OWNERS"
 	EnvHostRoot       = "CDI_HOST_ROOT"
 	EnvStateDir       = "CDI_STATE_DIR"
 	EnvPath           = "CDI_PATH"
@@ -87,6 +93,10 @@ const (
 	DefaultConfDir     = "/etc/cdi"
 	DefaultLockTimeout = 10 * time.Second
 )
+
+// OwnerKubernetes is the CDI_REQUEST_OWNER of the Kubernetes modes
+// (cdi-kubelet-plugin's DRA and device-plugin modes).
+const OwnerKubernetes = "kubernetes"
 
 // NoValidIDs is the CDI_VALID_REQUEST_IDS value that keeps nothing. An
 // empty variable is refused instead, so that a missing list never wipes a

@@ -21,12 +21,46 @@ func (d *Dispatcher) parseRequest(about About, c *Call) error {
 			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_ID: %w", err)
 		}
 	case protocol.CmdGC:
+		if err := d.parseKeepOwners(c); err != nil {
+			return err
+		}
 		return d.parseValidIDs(c)
 	}
 	if c.Command != protocol.CmdAdd {
 		return nil
 	}
+	if c.Owner = d.Getenv(protocol.EnvRequestOwner); c.Owner != "" {
+		if err := validOwner(c.Owner); err != nil {
+			return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %w", protocol.EnvRequestOwner, err)
+		}
+	}
 	return d.parseAdd(about, c)
+}
+
+// validOwner checks an owner name: the request-id grammar (ASCII
+// letters, digits and hyphens).
+func validOwner(s string) error {
+	return request.ValidRequestID(s)
+}
+
+// parseKeepOwners reads the optional CDI_GC_KEEP_OWNERS, a comma-separated
+// list of owners (docs/protocol.md#extension-owners).
+func (d *Dispatcher) parseKeepOwners(c *Call) error {
+	raw := d.Getenv(protocol.EnvKeepOwners)
+	if raw == "" {
+		return nil
+	}
+	c.KeepOwners = map[string]bool{}
+	for o := range strings.SplitSeq(raw, ",") {
+		if o == "" {
+			continue
+		}
+		if err := validOwner(o); err != nil {
+			return protocol.Errorf(protocol.CodeInvalidRequest, "%s: %w", protocol.EnvKeepOwners, err)
+		}
+		c.KeepOwners[o] = true
+	}
+	return nil
 }
 
 // parseValidIDs reads CDI_VALID_REQUEST_IDS. An empty list is legal (it

@@ -37,6 +37,11 @@ type Call struct {
 	Pinned []string
 	// ValidIDs is the set of request-ids a GC must keep.
 	ValidIDs map[string]bool
+	// Owner is the ADD's CDI_REQUEST_OWNER; empty when not given.
+	Owner string
+	// KeepOwners is the set of owners whose records a GC keeps
+	// (CDI_GC_KEEP_OWNERS); nil when not given.
+	KeepOwners map[string]bool
 	// Stderr receives warnings meant for logs.
 	Stderr io.Writer
 }

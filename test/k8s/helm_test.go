@@ -30,8 +30,9 @@ const chart = repoRoot + "/deploy/helm/cdi-exec-plugins"
 //  3. the admission policy: the driver's own service-account token (read
 //     where the kubelet projected it) may create and delete a slice of
 //     its node and a driver *.cdi-exec.io, and gets 403 for another
-//     node's slice, for a foreign driver's, and for changing or deleting
-//     another node's;
+//     node's slice, for its node's slice in another node's pool, for a
+//     foreign driver's, and for changing or deleting another node's (and
+//     its node's slice in another node's pool, made by the admin);
 //  4. a claim pod runs, and the driver's /metrics count its prepare;
 //  5. helm upgrade with a changed plugin config rolls the driver's pod
 //     (the config's checksum), while the claim pod keeps running with its
@@ -216,11 +217,16 @@ func (h *helmRun) token(ctx context.Context, t *testing.T, pod string) string {
 	return string(data)
 }
 
-// slice is a ResourceSlice of no devices.
+// slice is a ResourceSlice of no devices, in the pool named after its node.
 func slice(name, driver, node string) []byte {
+	return poolSlice(name, driver, node, node)
+}
+
+// poolSlice is a ResourceSlice of no devices in the pool named pool.
+func poolSlice(name, driver, node, pool string) []byte {
 	return fmt.Appendf(nil, `{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": %q},
  "spec": {"driver": %q, "nodeName": %q, "pool": {"name": %q, "generation": 1, "resourceSliceCount": 1}, "devices": []}}`,
-		name, driver, node, node)
+		name, driver, node, pool)
 }
 
 // checkPolicy checks the admission policy with the driver's own token.
@@ -253,6 +259,11 @@ func (h *helmRun) checkPolicy(ctx context.Context, t *testing.T, pod string) {
 	forbidden("a slice for another node", err)
 	_, err = driver.do(ctx, http.MethodPost, slices, slice("cdi-e2e-foreign", "gpu.example.com", NodeName))
 	forbidden("a slice of a foreign driver", err)
+	// Its node's slice, but another node's pool: the scheduler counts
+	// devices in use by driver, pool and device, so such a slice could
+	// mark the other node's devices taken.
+	_, err = driver.do(ctx, http.MethodPost, slices, poolSlice("cdi-e2e-other-pool", draDriver, NodeName, "other-node"))
+	forbidden("a slice of its node in another node's pool", err)
 
 	// Another node's slice, made by the admin.
 	if err := h.d.c.Create(ctx, "/apis/resource.k8s.io/v1/resourceslices", slice("cdi-e2e-theirs", draDriver, "other-node")); err != nil {
@@ -277,6 +288,20 @@ func (h *helmRun) checkPolicy(ctx context.Context, t *testing.T, pod string) {
 	forbidden("changing another node's slice", err)
 	_, err = driver.do(ctx, http.MethodDelete, slices+"/cdi-e2e-theirs", nil)
 	forbidden("deleting another node's slice", err)
+
+	// Its node's slice in another node's pool, made by the admin (of a
+	// driver *.cdi-exec.io that does not run, whose slice controller would
+	// otherwise try to delete it): the driver may not delete it.
+	if err := h.d.c.Create(ctx, "/apis/resource.k8s.io/v1/resourceslices", poolSlice("cdi-e2e-squat", "probe.cdi-exec.io", NodeName, "other-node")); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := h.d.c.Delete(ctx, "/apis/resource.k8s.io/v1/resourceslices/cdi-e2e-squat"); err != nil {
+			t.Error(err)
+		}
+	}()
+	_, err = driver.do(ctx, http.MethodDelete, slices+"/cdi-e2e-squat", nil)
+	forbidden("deleting its node's slice in another node's pool", err)
 }
 
 // checkGone waits until nothing the release made is in the cluster: its

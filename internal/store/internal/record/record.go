@@ -56,6 +56,10 @@ type Record struct {
 	ID          string       `json:"id"`
 	Type        string       `json:"type"`
 	Allocations []Allocation `json:"allocations"`
+	// Owner is who made the record: the CDI_REQUEST_OWNER of its first
+	// ADD ("kubernetes" for the Kubernetes modes); empty when the caller
+	// named none, and in records written before owners were kept.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Find returns the allocation for spec, or nil.
@@ -100,6 +104,10 @@ func Marshal(r *Record) ([]byte, error) {
 	b = rawjson.AppendString(b, r.Type)
 	b = append(b, `,"allocations":`...)
 	b = appendList(b, r.Allocations, appendAllocation)
+	if r.Owner != "" {
+		b = append(b, `,"owner":`...)
+		b = rawjson.AppendString(b, r.Owner)
+	}
 	return append(b, '}'), nil
 }
 
@@ -175,8 +183,17 @@ func (p *parser) lit(s string) bool {
 
 func (p *parser) record(r *Record) bool {
 	p.ok = true
-	return p.lit(`{"id":`) && p.str(&r.ID) && p.lit(`,"type":`) && p.str(&r.Type) &&
-		p.lit(`,"allocations":`) && list(p, &r.Allocations, p.allocation) && p.lit(`}`)
+	if !(p.lit(`{"id":`) && p.str(&r.ID) && p.lit(`,"type":`) && p.str(&r.Type) &&
+		p.lit(`,"allocations":`) && list(p, &r.Allocations, p.allocation)) {
+		return false
+	}
+	if len(p.b) > 0 && string(p.b[:min(len(p.b), 9)]) == `,"owner":` {
+		if !(p.lit(`,"owner":`) && p.str(&r.Owner)) || r.Owner == "" {
+			p.ok = false
+			return false
+		}
+	}
+	return p.lit(`}`)
 }
 
 func (p *parser) allocation(a *Allocation) bool {

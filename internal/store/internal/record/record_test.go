@@ -16,13 +16,14 @@ func sampleRecords() []*Record {
 		{ID: "b", Type: "vgpu", Allocations: []Allocation{{Spec: "vgpu-x", Amount: 2, Created: at, Delegate: "drm",
 			Nodes: []string{"/dev/vfio/1", "/dev/vfio/vfio"}, Devices: []Device{{Key: "k", Nodes: nil, NUMA: -1}, {Key: "<&>\"\\\u2028\xff", Nodes: []string{}, NUMA: 0}}}}},
 		{ID: "c", Type: "tty"},
+		{ID: "k", Type: "tty", Owner: "kubernetes", Allocations: []Allocation{{Spec: "tty", Amount: 1, Created: at, Devices: []Device{{Key: "tty3", Nodes: []string{"/dev/tty3"}, NUMA: -1}}}}},
 		{ID: "d", Type: "t", Allocations: []Allocation{}},
 		{ID: "e", Type: "t", Allocations: []Allocation{{Devices: []Device{}, Nodes: []string{}}}},
 	}
 }
 
 // TestRecordCodec: the hand-written codec writes what encoding/json
-// writes and reads it back as encoding/json does.
+// writes and reads it back as encoding/json does, owner or not.
 func TestRecordCodec(t *testing.T) {
 	for _, r := range sampleRecords() {
 		checkRecord(t, r)
@@ -62,14 +63,27 @@ func FuzzRecordCodec(f *testing.F) {
 		f.Add(r.ID, "gpu", "/dev/dri/card0", 3, int64(1700000000123456789), false, b)
 	}
 	f.Add("x", "\u2028", "", -1, int64(0), true, []byte(`{"id":"a","ID":"b","type":"t","allocations":null}`))
+	f.Add("x", "t", "", 0, int64(0), true, []byte(`{"id":"a","type":"t","allocations":null,"owner":""}`))
 	f.Fuzz(func(t *testing.T, id, spec, node string, n int, ns int64, empty bool, raw []byte) {
 		nodes := []string{node, spec}
 		if empty {
 			nodes = nil
 		}
 		r := &Record{ID: id, Type: spec, Allocations: []Allocation{{Spec: spec, Amount: n, Created: time.Unix(0, ns).UTC(),
-			Devices: []Device{{Key: node, Nodes: nodes, NUMA: n}}, Nodes: nodes, Delegate: node}}}
+			Devices: []Device{{Key: node, Nodes: nodes, NUMA: n}}, Nodes: nodes, Delegate: node}}, Owner: spec}
 		checkRecord(t, r)
 		checkDecode(t, raw)
 	})
+}
+
+// TestOldRecord: a record written before owners were kept (no "owner")
+// reads with an empty owner, and one with an owner reads it back.
+func TestOldRecord(t *testing.T) {
+	var r Record
+	if err := Unmarshal([]byte(`{"id":"a","type":"tty","allocations":null}`), &r); err != nil || r.Owner != "" || r.ID != "a" {
+		t.Fatalf("old record: %+v %v", r, err)
+	}
+	if err := Unmarshal([]byte(`{"id":"a","type":"tty","allocations":null,"owner":"kubernetes"}`), &r); err != nil || r.Owner != "kubernetes" {
+		t.Fatalf("owned record: %+v %v", r, err)
+	}
 }
