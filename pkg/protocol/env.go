@@ -29,11 +29,11 @@ const (
 	// Both are optional: a plugin that does not know them ignores them.
 	EnvRequestOwner = "CDI_REQUEST_OWNER"
 	EnvKeepOwners   = "CDI_GC_KEEP_OWNERS"
-	EnvHostRoot       = "CDI_HOST_ROOT"
-	EnvStateDir       = "CDI_STATE_DIR"
-	EnvPath           = "CDI_PATH"
-	EnvConfDir        = "CDI_CONF_DIR"
-	EnvLockTimeout    = "CDI_LOCK_TIMEOUT"
+	EnvHostRoot     = "CDI_HOST_ROOT"
+	EnvStateDir     = "CDI_STATE_DIR"
+	EnvPath         = "CDI_PATH"
+	EnvConfDir      = "CDI_CONF_DIR"
+	EnvLockTimeout  = "CDI_LOCK_TIMEOUT"
 )
 
 // knownEnv lists every CDI_* variable that a plugin or a caller of the
