@@ -3,7 +3,9 @@ package dra
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,11 +35,13 @@ func claimRef(namespace, name string, uid types.UID) *corev1.ObjectReference {
 }
 
 // event records an Event on the claim, when the driver records events.
+// The note is made safe to show on a terminal first (printable), then cut
+// to the API server's bound.
 func (d *driver) event(claim *corev1.ObjectReference, eventType, reason, action, note string) {
 	if d.recorder == nil {
 		return
 	}
-	note = strings.ToValidUTF8(note, "\uFFFD")
+	note = printable(strings.ToValidUTF8(note, "\uFFFD"))
 	if len(note) > noteMax {
 		cut := noteMax - len("...")
 		for cut > 0 && !utf8.RuneStart(note[cut]) {
@@ -46,6 +50,28 @@ func (d *driver) event(claim *corev1.ObjectReference, eventType, reason, action,
 		note = note[:cut] + "..."
 	}
 	d.recorder.Eventf(claim, nil, eventType, reason, action, "%s", note)
+}
+
+// printable escapes what a terminal would act on rather than show, as Go
+// escapes it in a quoted string: control characters (\x1b, \r, \n, \x00,
+// \t), and the other non-printable characters such as the bidirectional
+// overrides (\u202e) and other format characters. Callers quote user data
+// already; this holds for every note whatever its source. Backslashes
+// stay as they are.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r == ' ' || unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRuneToASCII(r) // '\x1b', '\u202e'
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 // prepareFailed records the Event of a failed prepare: the refused claim

@@ -327,3 +327,35 @@ func TestEventNoteCut(t *testing.T) {
 		}
 	}
 }
+
+// TestEventNoteEscapes: the Event helper escapes what a terminal would act
+// on (escape sequences, carriage returns and newlines, NUL, bidirectional
+// overrides), whoever built the note, and leaves printable text alone.
+func TestEventNoteEscapes(t *testing.T) {
+	for note, want := range map[string]string{
+		"red \x1b[31mtext\x1b[0m":    `red \x1b[31mtext\x1b[0m`,
+		"line\r\nforged line":        `line\r\nforged line`,
+		"nul\x00byte":                `nul\x00byte`,
+		"tab\there":                  `tab\there`,
+		"abc\u202edcba":              `abc\u202edcba`,
+		"zero\u200bwidth":            `zero\u200bwidth`,
+		"del\x7f":                    `del\x7f`,
+		"c1 \u009b":                  `c1 \u009b`,
+		"plain é € 漢字 \\ \"quoted\"": "plain é € 漢字 \\ \"quoted\"",
+		"bad \xff":                   "bad \uFFFD",
+	} {
+		rec := events.NewFakeRecorder(1)
+		d := &driver{recorder: rec}
+		d.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", note)
+		if got := strings.TrimPrefix(<-rec.Events, "Warning "+ReasonPrepareFailed+" "); got != want {
+			t.Errorf("note %q became %q, want %q", note, got, want)
+		}
+	}
+	// The escapes count against the bound.
+	rec := events.NewFakeRecorder(1)
+	d := &driver{recorder: rec}
+	d.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", strings.Repeat("\x1b", noteMax))
+	if got := strings.TrimPrefix(<-rec.Events, "Warning "+ReasonPrepareFailed+" "); len(got) > noteMax || strings.ContainsRune(got, 0x1b) {
+		t.Errorf("a note of escapes became %d bytes: %.40q", len(got), got)
+	}
+}
