@@ -188,6 +188,25 @@ func TestChartValues(t *testing.T) {
 		if n := count[*admissionv1.ValidatingAdmissionPolicy](objs); n != 2 {
 			t.Errorf("%d admission policies, want the slices' and the claim status's", n)
 		}
+		// The policy keeps a node's driver to its node's pool, before and
+		// after the request.
+		vap := find[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+		if !slices.ContainsFunc(vap.Spec.Validations, func(v admissionv1.Validation) bool {
+			return strings.Contains(v.Expression, "object.spec.pool.name == variables.node") &&
+				strings.Contains(v.Expression, "oldObject.spec.pool.name == variables.node")
+		}) {
+			t.Errorf("no validation of spec.pool.name in %+v", vap.Spec.Validations)
+		}
+	})
+	t.Run("admission policy off, acknowledged", func(t *testing.T) {
+		values := []string{"dra.admissionPolicy.enabled=false", "dra.admissionPolicy.acknowledgeDisabled=true"}
+		if n := count[*admissionv1.ValidatingAdmissionPolicy](rendering(t, values...)); n != 0 {
+			t.Errorf("%d admission policies", n)
+		}
+		out, err := helm(t, append([]string{"install", "cdi", chart, "--dry-run=client", "--namespace", namespace}, "--set", values[0], "--set", values[1])...)
+		if err != nil || !strings.Contains(out, "WARNING: dra.admissionPolicy.enabled=false") {
+			t.Errorf("NOTES without the warning: %v\n%s", err, out)
+		}
 	})
 	t.Run("device-plugin", func(t *testing.T) {
 		objs := rendering(t, "mode=device-plugin")
@@ -307,6 +326,7 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"loging.format=json"}, "loging"},
 		{[]string{"--kube-version=1.34.0"}, "mode dra needs Kubernetes 1.35 or later"},
 		{[]string{"updateStrategy.rollingUpdate.maxSurge=1"}, "a surge pod cannot have the metrics host port"},
+		{[]string{"dra.admissionPolicy.enabled=false"}, "dra.admissionPolicy.acknowledgeDisabled=true"},
 	} {
 		if out, err := template(t, tt.values...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: %v, want an error naming %s\n%s", tt.values, err, tt.want, out)

@@ -176,7 +176,7 @@ func TestDRADeployment(t *testing.T) {
 		"[resource.k8s.io] [resourceclaims/driver] [associated-node:patch associated-node:update]",
 		"[resource.k8s.io] [resourceclaims] [get]",
 		"[] [nodes] [get]",
-		"[events.k8s.io] [events] [create update patch]",
+		"[events.k8s.io] [events] [create patch]",
 	}
 	if !slices.Equal(rules, want) {
 		t.Errorf("rules %q, want the least the driver needs %q", rules, want)
