@@ -3,6 +3,7 @@ package manifests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 var update = flag.Bool("update", false, "render deploy/ from the chart (make manifests)")
@@ -297,6 +299,40 @@ func TestChartValues(t *testing.T) {
 		}
 		if !strings.Contains(out, "kind: ServiceMonitor") || !strings.Contains(out, "clusterIP: None") {
 			t.Errorf("no ServiceMonitor and headless Service:\n%s", out)
+		}
+	})
+	t.Run("sriov", func(t *testing.T) {
+		// An sriov type makes /sys/devices and /sys/bus/pci writable, and
+		// nothing else changes in the DaemonSet but its configs.
+		sriov := []string{"types.vf.config.cdiVersion=0.0.2", "types.vf.config.type=vf", "types.vf.config.plugin=sriov", "types.vf.config.name=VFs"}
+		base := find[*appsv1.DaemonSet](t, rendering(t))
+		ds := find[*appsv1.DaemonSet](t, rendering(t, sriov...))
+		pod := ds.Spec.Template.Spec
+		checkMounts(t, pod, map[string]string{"/host/sys": "/sys", "/host/sys/devices": "/sys/devices", "/host/sys/bus/pci": "/sys/bus/pci"}, "/host/sys")
+		added := []string{"host-sys-devices", "host-sys-bus-pci"}
+		pod.Volumes = slices.DeleteFunc(pod.Volumes, func(v corev1.Volume) bool { return slices.Contains(added, v.Name) })
+		c := &pod.Containers[0]
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return slices.Contains(added, m.Name) })
+		// The configs: one more item, and so another checksum.
+		for _, p := range []*corev1.PodSpec{&pod, &base.Spec.Template.Spec} {
+			for i := range p.Volumes {
+				if p.Volumes[i].ConfigMap != nil {
+					p.Volumes[i].ConfigMap.Items = nil
+				}
+			}
+		}
+		ds.Spec.Template.Spec = pod
+		ds.Spec.Template.Annotations["checksum/config"] = base.Spec.Template.Annotations["checksum/config"]
+		if !equality.Semantic.DeepEqual(base, ds) {
+			a, _ := json.MarshalIndent(base.Spec, "", " ")
+			b, _ := json.MarshalIndent(ds.Spec, "", " ")
+			t.Errorf("with an sriov type the DaemonSet differs beyond the sysfs mounts:\n%s\n--- with sriov:\n%s", a, b)
+		}
+		// Without one, nothing of /sys is writable.
+		for _, m := range base.Spec.Template.Spec.Containers[0].VolumeMounts {
+			if strings.HasPrefix(m.MountPath, "/host/sys") && !m.ReadOnly {
+				t.Errorf("%s is writable without an sriov type", m.MountPath)
+			}
 		}
 	})
 	t.Run("config change rolls the pods", func(t *testing.T) {

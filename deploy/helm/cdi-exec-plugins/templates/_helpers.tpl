@@ -111,3 +111,13 @@ Whether a type is on: its values have no enabled, or enabled true.
 {{- define "cdi.enabled" -}}
 {{- if or (not (hasKey . "enabled")) .enabled -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+"true" when an enabled type's config is the sriov plugin's: it writes to
+sysfs (sriov_numvfs, driver_override, a driver's unbind, drivers_probe).
+*/}}
+{{- define "cdi.sriov" -}}
+{{- range $_, $t := .Values.types -}}
+{{- if and (include "cdi.enabled" $t) (eq (toString $t.config.plugin) "sriov") -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
