@@ -280,7 +280,8 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("args %q", c.Args)
 		}
 		checkMounts(t, find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec, map[string]string{
-			"/var/lib/k0s/kubelet/plugins": "/var/lib/k0s/kubelet/plugins",
+			"/var/lib/k0s/kubelet/plugins/gpu.example.com": "/var/lib/k0s/kubelet/plugins/gpu.example.com",
+			"/var/lib/k0s/kubelet/plugins_registry":        "/var/lib/k0s/kubelet/plugins_registry",
 		})
 		for _, o := range objs {
 			if dc, ok := o.Obj.(*resourceapi.DeviceClass); ok && dc.Name == "tty.example.com" && dc.Spec.ExtendedResourceName != nil {
@@ -309,7 +310,8 @@ func TestChartValues(t *testing.T) {
 		ds := find[*appsv1.DaemonSet](t, rendering(t, sriov...))
 		pod := ds.Spec.Template.Spec
 		checkMounts(t, pod, map[string]string{"/host/sys": "/sys", "/host/sys/devices": "/sys/devices", "/host/sys/bus/pci": "/sys/bus/pci"}, "/host/sys")
-		added := []string{"host-sys-devices", "host-sys-bus-pci"}
+		// (plugin-vf is the new type's socket directory, as any type has.)
+		added := []string{"host-sys-devices", "host-sys-bus-pci", "plugin-vf"}
 		pod.Volumes = slices.DeleteFunc(pod.Volumes, func(v corev1.Volume) bool { return slices.Contains(added, v.Name) })
 		c := &pod.Containers[0]
 		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return slices.Contains(added, m.Name) })

@@ -145,9 +145,13 @@ func TestDRADeployment(t *testing.T) {
 			t.Errorf("%s %s is in namespace %q", o.File, m.GetName(), m.GetNamespace())
 		}
 	}
+	if ns := find[*corev1.Namespace](t, objs); ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace %s has the labels %v, want its Pod Security level (privileged: host paths)", ns.Name, ns.Labels)
+	}
 	ds := find[*appsv1.DaemonSet](t, objs)
 	sa := find[*corev1.ServiceAccount](t, objs)
 	pod := ds.Spec.Template.Spec
+	checkHardened(t, pod)
 	if pod.ServiceAccountName != sa.Name {
 		t.Errorf("the DaemonSet runs as %q, the ServiceAccount is %q", pod.ServiceAccountName, sa.Name)
 	}
@@ -158,8 +162,16 @@ func TestDRADeployment(t *testing.T) {
 	checkMounts(t, pod, map[string]string{
 		"/host/sys": "/sys", "/host/dev": "/dev", "/var/lib/cdi": "/var/lib/cdi",
 		"/var/lib/cdi-kubelet-plugin": "/var/lib/cdi-kubelet-plugin", "/var/run/cdi": "/var/run/cdi",
-		"/var/lib/kubelet/plugins": "/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry": "/var/lib/kubelet/plugins_registry",
+		"/var/lib/kubelet/plugins/tty.cdi-exec.io": "/var/lib/kubelet/plugins/tty.cdi-exec.io",
+		"/var/lib/kubelet/plugins/gpu.cdi-exec.io": "/var/lib/kubelet/plugins/gpu.cdi-exec.io",
+		"/var/lib/kubelet/plugins_registry":        "/var/lib/kubelet/plugins_registry",
 	}, "/host/sys", "/host/dev")
+	// Not the whole plugins directory, with other drivers' sockets.
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == "/var/lib/kubelet/plugins" || m.MountPath == "/var/lib/kubelet" {
+			t.Errorf("%s is mounted whole", m.MountPath)
+		}
+	}
 
 	crb := find[*rbacv1.ClusterRoleBinding](t, objs)
 	cr := find[*rbacv1.ClusterRole](t, objs)
@@ -201,6 +213,25 @@ func TestDRADeployment(t *testing.T) {
 		if !slices.Contains(classes, typ+".cdi-exec.io") {
 			t.Errorf("no DeviceClass for the driver of type %s", typ)
 		}
+	}
+}
+
+// checkHardened checks the pod's confinement: the runtime's seccomp
+// profile, no capabilities, no privilege escalation, a read-only root and
+// a memory limit.
+func checkHardened(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
+	if sc := pod.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v, want seccompProfile RuntimeDefault", pod.SecurityContext)
+	}
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 || sc.Privileged != nil && *sc.Privileged {
+		t.Errorf("container security context %+v", sc)
+	}
+	if m := c.Resources.Limits.Memory(); m.IsZero() {
+		t.Errorf("no memory limit: %+v", c.Resources)
 	}
 }
 
@@ -280,6 +311,7 @@ func TestDevicePluginDeployment(t *testing.T) {
 	if dra := find[*appsv1.DaemonSet](t, base).Spec.Template.Spec.Containers[0]; c.Image != dra.Image {
 		t.Errorf("image %s, the DRA DaemonSet runs %s", c.Image, dra.Image)
 	}
+	checkHardened(t, pod)
 	checkMounts(t, pod, map[string]string{
 		"/host/sys": "/sys", "/host/dev": "/dev", "/var/lib/cdi": "/var/lib/cdi", "/var/run/cdi": "/var/run/cdi",
 		"/var/lib/kubelet/device-plugins": "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
