@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,12 +27,13 @@ import (
 // endpoints of the metrics and the probes.
 type observability struct {
 	metricsAddr string
+	probeAddr   string
 	logging     *logsapi.LoggingConfiguration
 	features    featuregate.MutableVersionedFeatureGate
 }
 
-// addFlags defines --metrics-address and the logging flags (--v,
-// --logging-format, ...).
+// addFlags defines --metrics-address, --probe-address and the logging
+// flags (--v, --logging-format, ...).
 func (o *observability) addFlags(fs *flag.FlagSet) {
 	o.logging = logsapi.NewLoggingConfiguration()
 	o.features = featuregate.NewFeatureGate()
@@ -38,6 +41,7 @@ func (o *observability) addFlags(fs *flag.FlagSet) {
 		panic(err) // a fresh gate takes them
 	}
 	fs.StringVar(&o.metricsAddr, "metrics-address", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, or :port for every address); none when empty")
+	fs.StringVar(&o.probeAddr, "probe-address", "", "serve only /healthz and /readyz over HTTP on `ADDR` (host:port, or :port), for probes without metrics; none when empty")
 	// component-base's flags, less its alpha ones: they need the
 	// LoggingAlphaOptions gate, which this command does not take.
 	logging := flag.NewFlagSet("logging", flag.ContinueOnError)
@@ -49,8 +53,11 @@ func (o *observability) addFlags(fs *flag.FlagSet) {
 	})
 }
 
-// validate checks the logging flags.
+// validate checks the logging flags and the addresses.
 func (o *observability) validate() error {
+	if o.metricsAddr != "" && o.metricsAddr == o.probeAddr {
+		return fmt.Errorf("--metrics-address and --probe-address are both %q; the metrics address serves the probes as well", o.metricsAddr)
+	}
 	if errs := logsapi.Validate(o.logging, o.features, nil); len(errs) > 0 {
 		return errs.ToAggregate()
 	}
@@ -69,27 +76,37 @@ func (o *observability) logger(stderr io.Writer) (*slog.Logger, error) {
 	return slog.New(logr.ToSlogHandler(klog.Background())), nil
 }
 
-// serve serves the metrics and the probes of checks on --metrics-address
-// until ctx ends or stop is called; stop waits until the server is down.
-// Without an address it serves nothing.
+// serve serves the metrics and the probes of checks on --metrics-address,
+// and the probes alone on --probe-address, until ctx ends or stop is
+// called; stop waits until the servers are down. Without an address it
+// serves nothing.
 func (o *observability) serve(ctx context.Context, log *slog.Logger, m *metrics.Metrics, checks []probe.Check) (stop func(), err error) {
-	if o.metricsAddr == "" {
-		return func() {}, nil
-	}
-	srv, err := probe.Listen(o.metricsAddr, probe.Handler(m.Handler(), checks), log)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			log.Error("metrics server stopped", "err", err)
+	var servers []*probe.Server
+	for _, s := range []struct {
+		addr, what string
+		metrics    http.Handler
+	}{{o.metricsAddr, "metrics and probes", m.Handler()}, {o.probeAddr, "probes", nil}} {
+		if s.addr == "" {
+			continue
 		}
-	}()
-	log.Info("serving metrics and probes", "address", srv.Addr().String())
-	return func() { cancel(); <-done }, nil
+		srv, err := probe.Listen(s.addr, probe.Handler(checks, probe.Options{Metrics: s.metrics, CacheFor: probe.CacheFor, Log: log}), log)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		servers = append(servers, srv)
+		log.Info("serving "+s.what, "address", srv.Addr().String())
+	}
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() {
+			if err := srv.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("HTTP server stopped", "address", srv.Addr().String(), "err", err)
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }, nil
 }
 
 // runLog is the Caller's observer: it counts every plugin run in the

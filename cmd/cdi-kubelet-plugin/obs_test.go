@@ -31,17 +31,20 @@ var klogLine = regexp.MustCompile(`^[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ \S+:\d
 // kubelet and each spelling of the flags: its metrics server answers
 // /readyz once the resource is registered and /metrics with the plugin
 // runs it made; its log is JSON lines or klog's text, and shows the
-// plugin runs at -v=4 only.
+// plugin runs at -v=4 only. With --probe-address alone it serves the
+// probes and no /metrics.
 func TestDevicePluginObserved(t *testing.T) {
 	tests := []struct {
-		name  string
-		flags []string
-		json  bool
-		debug bool
+		name       string
+		flags      []string
+		json       bool
+		debug      bool
+		probesOnly bool
 	}{
-		{"one dash, json, v=4", []string{"-metrics-address=127.0.0.1:0", "-logging-format=json", "-v=4"}, true, true},
-		{"two dashes, text", []string{"--metrics-address", "127.0.0.1:0", "--logging-format", "text"}, false, false},
-		{"two dashes, text, v=4", []string{"--metrics-address=127.0.0.1:0", "--v=4"}, false, true},
+		{"one dash, json, v=4", []string{"-metrics-address=127.0.0.1:0", "-logging-format=json", "-v=4"}, true, true, false},
+		{"two dashes, text", []string{"--metrics-address", "127.0.0.1:0", "--logging-format", "text"}, false, false, false},
+		{"two dashes, text, v=4", []string{"--metrics-address=127.0.0.1:0", "--v=4"}, false, true, false},
+		{"probes only", []string{"--probe-address=127.0.0.1:0"}, false, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,7 +73,11 @@ func TestDevicePluginObserved(t *testing.T) {
 			}
 			defer stop()
 
-			addr := waitFor(t, &stderr, regexp.MustCompile(`serving metrics and probes.*address\W+(127\.0\.0\.1:\d+)`))
+			served := "serving metrics and probes"
+			if tt.probesOnly {
+				served = "serving probes"
+			}
+			addr := waitFor(t, &stderr, regexp.MustCompile(served+`.*address\W+(127\.0\.0\.1:\d+)`))
 			get := func(path string) (int, string) {
 				resp, err := http.Get("http://" + addr + path)
 				if err != nil {
@@ -89,9 +96,11 @@ func TestDevicePluginObserved(t *testing.T) {
 			if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
 				t.Errorf("/healthz: %d %q", code, body)
 			}
-			if code, body := get("/metrics"); code != http.StatusOK ||
+			if code, _ := get("/metrics"); tt.probesOnly && code != http.StatusNotFound {
+				t.Errorf("/metrics with --probe-address alone: %d", code)
+			} else if code, body := get("/metrics"); !tt.probesOnly && (code != http.StatusOK ||
 				!strings.Contains(body, `cdi_exec_plugin_run_duration_seconds_count{code="0",command="DEVICES",plugin="generic-tty"} `) ||
-				!strings.Contains(body, `cdi_exec_published_devices{driver="cdi-exec.io/tty",health="healthy"} 7`) {
+				!strings.Contains(body, `cdi_exec_published_devices{driver="cdi-exec.io/tty",health="healthy"} 7`)) {
 				t.Errorf("/metrics: %d\n%s", code, body)
 			}
 			if st := stop(); st != exitOK {

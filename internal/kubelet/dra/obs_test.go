@@ -203,12 +203,14 @@ func TestPollErrors(t *testing.T) {
 }
 
 // TestProbes: /readyz fails until the kubelet has registered every
-// driver, and says why; /healthz holds while the drivers serve their
+// driver, and the checks say why (the log gets the reasons; the answer
+// names only the drivers); /healthz holds while the drivers serve their
 // sockets and fails once they are gone.
 func TestProbes(t *testing.T) {
 	n := ttyNode(t)
 	in := n.start(n.options())
-	srv := httptest.NewServer(probe.Handler(http.NotFoundHandler(), in.plugin.Checks()))
+	checks := in.plugin.Checks()
+	srv := httptest.NewServer(probe.Handler(checks, probe.Options{Metrics: http.NotFoundHandler()}))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		t.Helper()
@@ -219,6 +221,20 @@ func TestProbes(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	// reasons are the checks' own answers, "driver: reason".
+	reasons := func(live bool) []string {
+		var out []string
+		for _, c := range checks {
+			check := c.Ready
+			if live {
+				check = c.Live
+			}
+			if err := check(t.Context()); err != nil {
+				out = append(out, c.Name()+": "+err.Error())
+			}
+		}
+		return out
 	}
 	notify := func(driver string, st *registerapi.RegistrationStatus) {
 		t.Helper()
@@ -231,28 +247,39 @@ func TestProbes(t *testing.T) {
 		}
 	}
 	steps := []struct {
-		do   func()
-		path string
-		code int
-		body []string // lines the body has, in order
+		do     func()
+		path   string
+		code   int
+		body   []string // the lines of the answer
+		reason []string // the checks' reasons, by prefix
 	}{
-		{func() {}, "/healthz", 200, []string{"ok"}},
-		{func() {}, "/readyz", 503, []string{gpuDriver + ": not registered with the kubelet yet", ttyDriver + ": not registered with the kubelet yet"}},
-		{func() { notify(ttyDriver, &registerapi.RegistrationStatus{PluginRegistered: true}) }, "/readyz", 503, []string{gpuDriver + ": not registered with the kubelet yet"}},
-		{func() { notify(gpuDriver, &registerapi.RegistrationStatus{Error: "version 9 unsupported"}) }, "/readyz", 503, []string{gpuDriver + ": the kubelet refused the registration: version 9 unsupported"}},
-		{func() { notify(gpuDriver, &registerapi.RegistrationStatus{PluginRegistered: true}) }, "/readyz", 200, []string{"ok"}},
+		{func() {}, "/healthz", 200, []string{"ok"}, nil},
+		{func() {}, "/readyz", 503, []string{gpuDriver + ": not ready", ttyDriver + ": not ready"},
+			[]string{gpuDriver + ": not registered with the kubelet yet", ttyDriver + ": not registered with the kubelet yet"}},
+		{func() { notify(ttyDriver, &registerapi.RegistrationStatus{PluginRegistered: true}) }, "/readyz", 503, []string{gpuDriver + ": not ready"},
+			[]string{gpuDriver + ": not registered with the kubelet yet"}},
+		{func() { notify(gpuDriver, &registerapi.RegistrationStatus{Error: "version 9 unsupported"}) }, "/readyz", 503, []string{gpuDriver + ": not ready"},
+			[]string{gpuDriver + ": the kubelet refused the registration: version 9 unsupported"}},
+		{func() { notify(gpuDriver, &registerapi.RegistrationStatus{PluginRegistered: true}) }, "/readyz", 200, []string{"ok"}, nil},
 		{func() {
 			if err := in.shutdown(); err != nil {
 				t.Fatal(err)
 			}
-		}, "/healthz", 503, []string{gpuDriver + ": registration socket ", ttyDriver + ": registration socket "}},
+		}, "/healthz", 503, []string{gpuDriver + ": not live", ttyDriver + ": not live"},
+			[]string{gpuDriver + ": registration socket ", ttyDriver + ": registration socket "}},
 	}
 	for i, s := range steps {
 		s.do()
 		code, body := get(s.path)
 		lines := strings.Split(strings.TrimSuffix(body, "\n"), "\n")
-		if code != s.code || len(lines) != len(s.body) || !slices.EqualFunc(lines, s.body, strings.HasPrefix) {
+		if code != s.code || !slices.Equal(lines, s.body) {
 			t.Fatalf("step %d: %s answers %d %q, want %d %q", i, s.path, code, body, s.code, s.body)
+		}
+		if strings.Contains(body, n.kubelet) {
+			t.Fatalf("step %d: %s answers with a path: %q", i, s.path, body)
+		}
+		if got := reasons(s.path == "/healthz"); len(got) != len(s.reason) || !slices.EqualFunc(got, s.reason, strings.HasPrefix) {
+			t.Fatalf("step %d: the checks' reasons %q, want %q", i, got, s.reason)
 		}
 	}
 }
