@@ -224,6 +224,7 @@ func (d *draRun) driverManifests(t *testing.T) []runtime.Object {
 				}
 			}
 			noRollingUpdate(t, obj)
+			hostNetwork(obj)
 			privateMetricsPort(t, obj)
 		case *corev1.ConfigMap:
 			if _, ok := obj.Data["tty.conf"]; !ok {
@@ -236,9 +237,16 @@ func (d *draRun) driverManifests(t *testing.T) []runtime.Object {
 	return out
 }
 
+// hostNetwork puts the DaemonSet's pods on the host's network, as the
+// example pods are: the test's node has no pod network (no CNI).
+func hostNetwork(ds *appsv1.DaemonSet) {
+	ds.Spec.Template.Spec.HostNetwork = true
+	ds.Spec.Template.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+}
+
 // privateMetricsPort moves the DaemonSet's metrics and probes (a host
-// port: the pods use the host's network) from the port of deploy/ to a
-// free one, which nothing on the live node uses.
+// port once the pods use the host's network) from the port of deploy/ to
+// a free one, which nothing on the live node uses.
 func privateMetricsPort(t *testing.T, ds *appsv1.DaemonSet) {
 	t.Helper()
 	c := &ds.Spec.Template.Spec.Containers[0]

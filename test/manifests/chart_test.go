@@ -182,10 +182,13 @@ func TestChartValues(t *testing.T) {
 		if pod.PriorityClassName != "system-node-critical" {
 			t.Errorf("priority class %q", pod.PriorityClassName)
 		}
-		// The metrics port is a host port: a node's new pod cannot start
-		// beside the old one.
-		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
-			t.Errorf("update strategy %+v, want no surge with a host port", ds.Spec.UpdateStrategy)
+		// The pod network: the metrics port is a pod port, so a node's
+		// new pod starts beside the old one.
+		if pod.HostNetwork || pod.DNSPolicy != "" {
+			t.Errorf("hostNetwork %v, dnsPolicy %q; want the pod network", pod.HostNetwork, pod.DNSPolicy)
+		}
+		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 {
+			t.Errorf("update strategy %+v, want a surge on the pod network", ds.Spec.UpdateStrategy)
 		}
 		if n := count[*admissionv1.ValidatingAdmissionPolicy](objs); n != 2 {
 			t.Errorf("%d admission policies, want the slices' and the claim status's", n)
@@ -234,10 +237,37 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("the device-plugin mode on 1.33: %v", err)
 		}
 	})
-	t.Run("surge without metrics", func(t *testing.T) {
-		ds := find[*appsv1.DaemonSet](t, rendering(t, "metrics.enabled=false"))
-		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 {
-			t.Errorf("dra.podUID without a host port: update strategy %+v, want a surge", ds.Spec.UpdateStrategy)
+	t.Run("surge with metrics", func(t *testing.T) {
+		// A surge is allowed with metrics on the pod network.
+		ds := find[*appsv1.DaemonSet](t, rendering(t, "updateStrategy.rollingUpdate.maxSurge=2", "updateStrategy.rollingUpdate.maxUnavailable=0"))
+		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 2 {
+			t.Errorf("update strategy %+v, want the values' surge", ds.Spec.UpdateStrategy)
+		}
+	})
+	t.Run("host network", func(t *testing.T) {
+		for _, metrics := range []bool{true, false} {
+			objs := rendering(t, "hostNetwork=true", fmt.Sprintf("metrics.enabled=%v", metrics))
+			ds := find[*appsv1.DaemonSet](t, objs)
+			pod := ds.Spec.Template.Spec
+			c := pod.Containers[0]
+			if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet || len(c.Ports) != 0 {
+				t.Errorf("hostNetwork %v, dnsPolicy %q, ports %+v", pod.HostNetwork, pod.DNSPolicy, c.Ports)
+			}
+			flag := "--probe-address=127.0.0.1:9470"
+			if metrics {
+				flag = "--metrics-address=127.0.0.1:9470"
+			}
+			if !slices.Contains(c.Args, flag) {
+				t.Errorf("args %q lack %s: on the host's network only localhost", c.Args, flag)
+			}
+			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+				if p == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.IntValue() != 9470 {
+					t.Errorf("probe %+v, want 127.0.0.1:9470", p)
+				}
+			}
+			if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("update strategy %+v, want no surge on the host's network", ds.Spec.UpdateStrategy)
+			}
 		}
 	})
 	t.Run("scheduling and resources", func(t *testing.T) {
@@ -259,9 +289,18 @@ func TestChartValues(t *testing.T) {
 		}
 	})
 	t.Run("metrics off", func(t *testing.T) {
+		// No /metrics, but the probes stay, on their own address.
 		c := container(t, rendering(t, "metrics.enabled=false"))
-		if c.LivenessProbe != nil || c.ReadinessProbe != nil || len(c.Ports) != 0 || slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-address") }) {
-			t.Errorf("metrics off, yet %q, %+v, %+v", c.Args, c.Ports, c.LivenessProbe)
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-address") }) || !slices.Contains(c.Args, "--probe-address=:9470") {
+			t.Errorf("metrics off: args %q", c.Args)
+		}
+		if len(c.Ports) != 1 || c.Ports[0].Name != "probes" || c.Ports[0].ContainerPort != 9470 {
+			t.Errorf("metrics off: ports %+v", c.Ports)
+		}
+		for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+			if p == nil || p.HTTPGet.Port.String() != "probes" {
+				t.Errorf("metrics off: probe %+v", p)
+			}
 		}
 	})
 	t.Run("no pod uid", func(t *testing.T) {
@@ -269,7 +308,7 @@ func TestChartValues(t *testing.T) {
 		if slices.Contains(container(t, objs).Args, "--pod-uid=$(POD_UID)") {
 			t.Error("--pod-uid with dra.podUID=false")
 		}
-		if ru := find[*appsv1.DaemonSet](t, rendering(t, "dra.podUID=false", "metrics.enabled=false")).Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 {
+		if ru := find[*appsv1.DaemonSet](t, rendering(t, "dra.podUID=false")).Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 0 {
 			t.Errorf("a surge without --pod-uid: %+v", ru)
 		}
 	})
@@ -363,7 +402,8 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"hostPaths.kubeletDir=var/lib/kubelet"}, "/hostPaths/kubeletDir"},
 		{[]string{"loging.format=json"}, "loging"},
 		{[]string{"--kube-version=1.34.0"}, "mode dra needs Kubernetes 1.35 or later"},
-		{[]string{"updateStrategy.rollingUpdate.maxSurge=1"}, "a surge pod cannot have the metrics host port"},
+		{[]string{"hostNetwork=true", "updateStrategy.rollingUpdate.maxSurge=1"}, "with hostNetwork=true a surge pod cannot listen"},
+		{[]string{"hostNetwork=true", "metrics.serviceMonitor.enabled=true"}, "metrics listen on 127.0.0.1 only"},
 		{[]string{"dra.admissionPolicy.enabled=false"}, "dra.admissionPolicy.acknowledgeDisabled=true"},
 	} {
 		if out, err := template(t, tt.values...); err == nil || !strings.Contains(err.Error(), tt.want) {

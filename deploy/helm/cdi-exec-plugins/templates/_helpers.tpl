@@ -80,16 +80,15 @@ list: the type's name, its values.
 {{/*
 The update strategy: the values', or the mode's default. A new pod can
 start beside the old one (a surge) only in the dra mode with --pod-uid,
-and only without metrics: on the host's network the metrics port is a
-host port, which two pods of a node cannot both have (the scheduler would
-not place the new one).
+and only on the pod network: on the host's network the new pod could not
+listen on the old one's metrics and probe port.
 */}}
 {{- define "cdi.updateStrategy" -}}
-{{- $surge := and (eq (include "cdi.mode" .) "dra") .Values.dra.podUID (not .Values.metrics.enabled) -}}
+{{- $surge := and (eq (include "cdi.mode" .) "dra") .Values.dra.podUID (not .Values.hostNetwork) -}}
 {{- if .Values.updateStrategy -}}
 {{- $ru := .Values.updateStrategy.rollingUpdate | default dict -}}
-{{- if and .Values.metrics.enabled (not (has (toString ($ru.maxSurge | default 0)) (list "0" "0%"))) -}}
-{{- fail "updateStrategy.rollingUpdate.maxSurge: a surge pod cannot have the metrics host port of the pod it replaces; set metrics.enabled=false for a surge" -}}
+{{- if and .Values.hostNetwork (not (has (toString ($ru.maxSurge | default 0)) (list "0" "0%"))) -}}
+{{- fail "updateStrategy.rollingUpdate.maxSurge: with hostNetwork=true a surge pod cannot listen on the port of the pod it replaces; use the pod network (hostNetwork=false) for a surge" -}}
 {{- end -}}
 {{ toYaml .Values.updateStrategy }}
 {{- else if $surge -}}
@@ -102,6 +101,19 @@ type: RollingUpdate
 rollingUpdate:
   maxUnavailable: 1
   maxSurge: 0
+{{- end -}}
+{{- end -}}
+
+{{/*
+A probe's port: on the host's network 127.0.0.1 and the number, else the
+pod port by name. The argument is a list: hostNetwork, the port, its name.
+*/}}
+{{- define "cdi.probePort" -}}
+{{- if index . 0 -}}
+host: 127.0.0.1
+port: {{ index . 1 }}
+{{- else -}}
+port: {{ index . 2 }}
 {{- end -}}
 {{- end -}}
 
