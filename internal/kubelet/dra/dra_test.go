@@ -14,6 +14,7 @@ import (
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
@@ -413,6 +414,62 @@ func TestStaleClaims(t *testing.T) {
 	}
 	if f := n.specFiles(); len(f) != 2 {
 		t.Fatalf("spec files %v, want those of kept and unknown", f)
+	}
+}
+
+// TestStaleDeallocated: a prepared claim whose ResourceClaim is still
+// there but no longer allocated a device of this driver on this node
+// (deallocated and not deleted, allocated to another node's pool, or to
+// another driver only) is freed once the grace period has passed; one
+// still allocated here is left alone.
+func TestStaleDeallocated(t *testing.T) {
+	n := ttyNode(t)
+	opt := n.options()
+	in := n.start(opt)
+	claims := map[string]*resourceapi.ResourceClaim{}
+	for i, name := range []string{"deallocated", "moved", "other-driver", "still"} {
+		claims[name] = n.claim(name, uid(40+i), ttyDriver, fmt.Sprint("tty", 14+i))
+		if r := n.prepare(ttyDriver, claims[name]); r.Error != "" {
+			t.Fatalf("prepare %s: %s", name, r.Error)
+		}
+	}
+	change := func(name string, alloc *resourceapi.AllocationResult) {
+		t.Helper()
+		c := claims[name].DeepCopy()
+		c.Status.Allocation = alloc
+		if _, err := n.client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(t.Context(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	change("deallocated", nil)
+	change("moved", &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "r", Driver: ttyDriver, Pool: "other-node", Device: "tty15"}}}})
+	change("other-driver", &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "r", Driver: gpuDriver, Pool: nodeName, Device: "pci-0000-10-00-0"}}}})
+
+	d := in.driver(ttyDriver)
+	held := func() map[string]string {
+		h := n.holders("tty")
+		maps.DeleteFunc(h, func(_, v string) bool { return v == "" })
+		return h
+	}
+	all := map[string]string{"tty14": uid(40), "tty15": uid(41), "tty16": uid(42), "tty17": uid(43)}
+	first := time.Now()
+	for _, step := range []struct {
+		after time.Duration
+		want  map[string]string
+	}{
+		{0, all},
+		{opt.StaleGrace - time.Second, all},
+		{opt.StaleGrace, map[string]string{"tty17": uid(43)}},
+	} {
+		d.collect(t.Context(), first.Add(step.after))
+		if got := held(); !maps.Equal(got, step.want) {
+			t.Fatalf("%v after the first scan: held %v, want %v", step.after, got, step.want)
+		}
+	}
+	if r := n.records(ttyDriver); len(r) != 1 || r[uid(43)].Name != "still" {
+		t.Fatalf("records %v", r)
 	}
 }
 

@@ -30,9 +30,11 @@ func (d *driver) collectEvery(ctx context.Context, interval time.Duration) {
 
 // collect runs one scan at now over the claims this driver recorded, and
 // only those: their UIDs are the only request-ids the DRA mode makes. A
-// claim whose ResourceClaim no longer exists, or exists with another UID,
-// is freed once it has been found so for the grace period. A claim the
-// API server cannot be asked about counts for nothing.
+// claim whose ResourceClaim no longer exists, exists with another UID, or
+// is no longer allocated any device of this driver on this node
+// (deallocated but not deleted, or allocated elsewhere) is freed once it
+// has been found so for the grace period. A claim the API server cannot
+// be asked about counts for nothing.
 func (d *driver) collect(ctx context.Context, now time.Time) {
 	claims, err := d.state.Read(ctx)
 	if err != nil {
@@ -63,8 +65,8 @@ func (d *driver) collect(ctx context.Context, now time.Time) {
 	d.mu.Unlock()
 }
 
-// gone says why the claim's ResourceClaim is gone, or "" when it is
-// there.
+// gone says why the claim's ResourceClaim is gone, or no longer this
+// driver's on this node, or "" when it is there and allocated here.
 func (d *driver) gone(ctx context.Context, c claimstate.Claim) (string, error) {
 	rc, err := d.client.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
 	switch {
@@ -74,8 +76,15 @@ func (d *driver) gone(ctx context.Context, c claimstate.Claim) (string, error) {
 		return "", err
 	case string(rc.UID) != c.UID:
 		return fmt.Sprintf("the ResourceClaim now has UID %s", rc.UID), nil
+	case rc.Status.Allocation == nil:
+		return "the ResourceClaim is no longer allocated", nil
 	}
-	return "", nil
+	for _, r := range rc.Status.Allocation.Devices.Results {
+		if r.Driver == d.name && r.Pool == d.node {
+			return "", nil
+		}
+	}
+	return "the ResourceClaim is no longer allocated a device of " + d.name + " on this node", nil
 }
 
 // free releases a stale claim and logs it.
