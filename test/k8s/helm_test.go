@@ -74,6 +74,9 @@ func TestClusterHelm(t *testing.T) {
 		}
 	}
 	t.Logf("/metrics after the claim pod:\n%s", excerpt(metrics, "cdi_exec_"))
+	// The driver's memory, for the chart's limit (docs/performance.md).
+	t.Logf("the driver's memory:\n%s\n%s\n%s", excerpt(metrics, "process_resident_memory_bytes"),
+		excerpt(metrics, "go_memstats_heap_inuse_bytes"), excerpt(metrics, "go_memstats_sys_bytes"))
 
 	start = time.Now()
 	t.Logf("helm upgrade:\n%s", h.helm(ctx, t, h.values("upgrade", "--set", "types.tty.config.name=virtual consoles (upgraded)")...))
