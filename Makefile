@@ -36,7 +36,7 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests
+.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests vulncheck
 
 all: build
 
@@ -120,6 +120,11 @@ helm:
 # changing the chart, this writes deploy/ anew; make test fails until then.
 manifests: helm
 	CDI_TEST_HELM=$(HELM) $(GO) test -count=1 -run TestChartRendersDeploy ./test/manifests -update
+
+# govulncheck over the module when its database can be reached; it
+# reports and never fails (scripts/vulncheck.sh).
+vulncheck:
+	scripts/vulncheck.sh
 
 # The end-to-end tests E2E_COUNT more times (CI runs it after test), so
 # that a flaky test fails instead of slipping through.
