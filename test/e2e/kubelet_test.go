@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,6 +61,14 @@ func TestKubeletPluginBinary(t *testing.T) {
 		}
 		if cdi := resp.ContainerResponses[0].CdiDevices; len(cdi) != 1 || !strings.HasPrefix(cdi[0].Name, "example.com/tty=k8s-dp-tty-") {
 			t.Fatalf("CDI devices %v", cdi)
+		}
+	}
+	// Its memory, for the chart's limit (docs/performance.md).
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
+		for line := range strings.Lines(string(status)) {
+			if strings.HasPrefix(line, "VmHWM:") || strings.HasPrefix(line, "VmRSS:") {
+				t.Logf("cdi-kubelet-plugin device-plugin after 3 Allocates: %s", strings.TrimSpace(line))
+			}
 		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
