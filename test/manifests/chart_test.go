@@ -195,7 +195,7 @@ func TestChartValues(t *testing.T) {
 		}
 		// The policy keeps a node's driver to its node's pool, before and
 		// after the request.
-		vap := find[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+		vap := policy(t, objs, "cdi-resourceslices")
 		if !slices.ContainsFunc(vap.Spec.Validations, func(v admissionv1.Validation) bool {
 			return strings.Contains(v.Expression, "object.spec.pool.name == variables.node") &&
 				strings.Contains(v.Expression, "oldObject.spec.pool.name == variables.node")
