@@ -238,7 +238,8 @@ func (d *draRun) driverManifests(t *testing.T) []runtime.Object {
 }
 
 // hostNetwork puts the DaemonSet's pods on the host's network, as the
-// example pods are: the test's node has no pod network (no CNI).
+// example pods are: the test's node has only a loopback CNI, so a pod
+// on the pod network gets no address the kubelet could probe.
 func hostNetwork(ds *appsv1.DaemonSet) {
 	ds.Spec.Template.Spec.HostNetwork = true
 	ds.Spec.Template.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet

@@ -94,6 +94,9 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 			"stateDir": f.b.state, "claimStateDir": f.claims, "cdiSpecDir": f.c.CDIDir,
 		},
 		"dra": map[string]any{"podUID": false},
+		// The test's node has only a loopback CNI: a pod on the pod
+		// network gets no address the kubelet could probe.
+		"hostNetwork": true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -145,7 +145,8 @@ func (h *helmRun) values(verb string, more ...string) []string {
 		"--set", "dra.podUID=false",
 		"--set", "types.tty.config.args.num_system_reserved=" + strconv.Itoa(h.d.reserved),
 		"--set", "metrics.port=" + strconv.Itoa(h.port),
-		// The test's node has no pod network (no CNI).
+		// The test's node has only a loopback CNI: a pod on the pod
+		// network gets no address the kubelet could probe.
 		"--set", "hostNetwork=true",
 	}
 	return append(args, more...)
