@@ -88,6 +88,10 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 		}
 		types[typ] = map[string]any{"config": c}
 	}
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	values, err := json.Marshal(map[string]any{
 		"types": types,
 		"hostPaths": map[string]any{
@@ -97,6 +101,9 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 		// The test's node has only a loopback CNI: a pod on the pod
 		// network gets no address the kubelet could probe.
 		"hostNetwork": true,
+		// A free port for the metrics and probes, which nothing on the
+		// live node uses (on the host's network, 127.0.0.1 only).
+		"metrics": map[string]any{"port": ports[0]},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +141,6 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 	for _, o := range objs {
 		if ds, ok := o.Obj.(*appsv1.DaemonSet); ok {
 			f.pointAtFixture(t, ds)
-			privateMetricsPort(t, ds)
 		}
 		list = append(list, o.Obj)
 	}
