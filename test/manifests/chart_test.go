@@ -508,3 +508,41 @@ func TestChartGenericTypes(t *testing.T) {
 		t.Errorf("config paths %v lack kvm.d/generic.conf", paths)
 	}
 }
+
+// TestChartContainerEditsMounts: a type whose config's container_edits
+// mount host paths (the driver's user space) gets each path mounted
+// read-only under /host, where the plugin checks it exists before it
+// writes it into a spec; a path two types mount is mounted once; without
+// container_edits there is no such mount.
+func TestChartContainerEditsMounts(t *testing.T) {
+	conf := func(typ, path string) string {
+		return fmt.Sprintf(`--set-json=types.%s={"config":{"cdiVersion":"0.0.2","name":"%s","type":"%s","plugin":"drm","args":{"want_device_nodes":[],"cdi_spec":{"kind":"example.com/%s","container_edits":{"env":["LD_LIBRARY_PATH=%s/lib64"],"mounts":[{"hostPath":"%s","containerPath":"%s","options":["ro","rbind"]}]}}}}}`, typ, typ, typ, typ, path, path, path)
+	}
+	objs := rendering(t, conf("cuda", "/usr/local/nvidia"), conf("cuda2", "/usr/local/nvidia"), conf("smi", "/usr/bin/nvidia-smi"))
+	pod := find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec
+	got := map[string]string{}
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if strings.HasPrefix(m.Name, "edits-") {
+			if !m.ReadOnly {
+				t.Errorf("mount %s is writable", m.Name)
+			}
+			for _, v := range pod.Volumes {
+				if v.Name == m.Name && v.HostPath != nil {
+					got[m.MountPath] = v.HostPath.Path
+				}
+			}
+		}
+	}
+	want := map[string]string{"/host/usr/local/nvidia": "/usr/local/nvidia", "/host/usr/bin/nvidia-smi": "/usr/bin/nvidia-smi"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("container_edits mounts %v, want %v", got, want)
+	}
+	for _, m := range container(t, rendering(t)).VolumeMounts {
+		if strings.HasPrefix(m.Name, "edits-") {
+			t.Fatalf("the defaults mount %s", m.MountPath)
+		}
+	}
+	if _, err := template(t, `--set-json=types.cuda={"config":{"cdiVersion":"0.0.2","name":"c","type":"cuda","plugin":"drm","args":{"cdi_spec":{"kind":"example.com/cuda","container_edits":{"devices":[]}}}}}`); err == nil {
+		t.Fatal("a container_edits member the plugin refuses rendered")
+	}
+}
