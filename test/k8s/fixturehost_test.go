@@ -147,8 +147,8 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 	return list
 }
 
-// pointAtFixture makes the DaemonSet's volumes of the host's /sys and
-// /dev (or of directories below them) the fixture's.
+// pointAtFixture makes the DaemonSet's volumes of the host's /sys, /dev
+// and /proc (or of directories below them) the fixture's.
 func (f *fixtureRun) pointAtFixture(t *testing.T, ds *appsv1.DaemonSet) {
 	t.Helper()
 	moved := map[string]bool{}
@@ -156,7 +156,7 @@ func (f *fixtureRun) pointAtFixture(t *testing.T, ds *appsv1.DaemonSet) {
 		if v.HostPath == nil {
 			continue
 		}
-		for _, top := range []string{"/sys", "/dev"} {
+		for _, top := range []string{"/sys", "/dev", "/proc"} {
 			if p := v.HostPath.Path; p == top || strings.HasPrefix(p, top+"/") {
 				v.HostPath.Path = filepath.Join(f.root, p)
 				moved[top] = true

@@ -546,3 +546,29 @@ func TestChartContainerEditsMounts(t *testing.T) {
 		t.Fatal("a container_edits member the plugin refuses rendered")
 	}
 }
+
+// TestChartProcDriver: a drm type reads each NVIDIA GPU's minor and UUID
+// from the host's /proc/driver/nvidia, so with one the host's /proc/driver
+// is mounted read-only under /host; without one it is not.
+func TestChartProcDriver(t *testing.T) {
+	for _, tt := range []struct {
+		values []string
+		want   bool
+	}{{nil, true}, {[]string{"types.gpu=null"}, false}} {
+		found := false
+		pod := find[*appsv1.DaemonSet](t, rendering(t, tt.values...)).Spec.Template.Spec
+		for _, m := range pod.Containers[0].VolumeMounts {
+			if m.MountPath == "/host/proc/driver" {
+				found = m.ReadOnly
+			}
+		}
+		for _, v := range pod.Volumes {
+			if v.Name == "host-proc-driver" && (v.HostPath == nil || v.HostPath.Path != "/proc/driver") {
+				t.Errorf("%v: volume %+v", tt.values, v)
+			}
+		}
+		if found != tt.want {
+			t.Errorf("%v: /host/proc/driver mounted read-only: %v, want %v", tt.values, found, tt.want)
+		}
+	}
+}
