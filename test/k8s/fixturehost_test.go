@@ -50,6 +50,11 @@ func newFixtureRun(t *testing.T, bound time.Duration, host fixture.Host, kernel 
 	if err := host.Build(f.root); err != nil {
 		t.Fatal(err)
 	}
+	// The chart mounts the host's /proc/driver for drm, as every kernel
+	// has it; a fixture without NVIDIA GPUs has none of its own.
+	if err := os.MkdirAll(filepath.Join(f.root, "proc/driver"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if kernel {
 		k, err := fixture.StartKernel(f.root, host)
 		if err != nil {
