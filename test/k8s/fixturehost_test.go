@@ -37,6 +37,10 @@ type fixtureRun struct {
 	types map[string]string // type → plugin config (JSON)
 }
 
+// fixtureRoot, in a config of newFixtureRun, stands for the fixture
+// host's directory on the node.
+const fixtureRoot = "@FIXTURE@"
+
 // newFixtureRun starts a cluster and deploys the chart's DRA mode with
 // types, each "<type>" → its plugin config, on host, and waits until the
 // driver serves and every type's slice lists want[type]. With kernel, the
@@ -88,6 +92,7 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 	types := map[string]any{}
 	for typ, conf := range f.types {
 		var c map[string]any
+		conf = strings.ReplaceAll(conf, fixtureRoot, f.root)
 		if err := json.Unmarshal([]byte(conf), &c); err != nil {
 			t.Fatalf("the %s config: %v", typ, err)
 		}
