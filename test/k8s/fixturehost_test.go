@@ -54,10 +54,16 @@ func newFixtureRun(t *testing.T, bound time.Duration, host fixture.Host, kernel 
 	if err := host.Build(f.root); err != nil {
 		t.Fatal(err)
 	}
-	// The chart mounts the host's /proc/driver for drm, as every kernel
-	// has it; a fixture without NVIDIA GPUs has none of its own.
+	// The chart mounts the host's /proc/driver and /proc/devices for drm,
+	// as every kernel has them; a fixture without NVIDIA GPUs may have
+	// none of its own.
 	if err := os.MkdirAll(filepath.Join(f.root, "proc/driver"), 0o755); err != nil {
 		t.Fatal(err)
+	}
+	if devices := filepath.Join(f.root, "proc/devices"); !exists(devices) {
+		if err := os.WriteFile(devices, []byte("Character devices:\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if kernel {
 		k, err := fixture.StartKernel(f.root, host)
@@ -315,4 +321,9 @@ func (f *fixtureRun) allocated(ctx context.Context, t *testing.T, claim string) 
 		t.Fatal(err)
 	}
 	return out
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

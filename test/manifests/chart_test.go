@@ -557,10 +557,17 @@ func TestChartProcDriver(t *testing.T) {
 	}{{nil, true}, {[]string{"types.gpu=null"}, false}} {
 		found := false
 		pod := find[*appsv1.DaemonSet](t, rendering(t, tt.values...)).Spec.Template.Spec
+		devices := false
 		for _, m := range pod.Containers[0].VolumeMounts {
-			if m.MountPath == "/host/proc/driver" {
+			switch m.MountPath {
+			case "/host/proc/driver":
 				found = m.ReadOnly
+			case "/host/proc/devices":
+				devices = m.ReadOnly
 			}
+		}
+		if devices != tt.want {
+			t.Errorf("%v: /host/proc/devices mounted read-only: %v, want %v", tt.values, devices, tt.want)
 		}
 		for _, v := range pod.Volumes {
 			if v.Name == "host-proc-driver" && (v.HostPath == nil || v.HostPath.Path != "/proc/driver") {
