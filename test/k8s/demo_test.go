@@ -44,16 +44,27 @@ func TestDemoK8s(t *testing.T) {
 
 	d.loadImage(ctx, t)
 	say("== make image, imported into the node's containerd (%.0fs)", time.Since(start).Seconds())
-	h.helm(ctx, t, h.values("install", "--create-namespace")...)
+	// kvm, fuse and tun, the generic plugin's shared types, where this
+	// machine has the devices.
+	generic := sandboxDevices()
+	var enable []string
+	for _, typ := range generic {
+		enable = append(enable, "--set", "types."+typ+".enabled=true")
+	}
+	h.helm(ctx, t, h.values("install", append([]string{"--create-namespace"}, enable...)...)...)
 	driverPod := d.waitDriver(ctx, t, "")
 	slice := d.waitSlice(ctx, t)
 	h.waitReady(ctx, t, driverPod)
 	say("== helm install cdi deploy/helm/cdi-exec-plugins -n %s: driver pod %s ready; the node publishes %d ttys (%s..%s), %.0fs",
 		draNamespace, driverPod, len(slice), slice[0], slice[len(slice)-1], time.Since(start).Seconds())
 
-	objs, pods := d.demoObjects(t)
+	objs, pods := d.demoObjects(t, len(generic) == 3)
 	d.apply(ctx, t, objs)
-	say("== kubectl apply -f deploy/example/ (the tty examples; %s)", strings.Join(pods, ", "))
+	if len(generic) == 3 {
+		say("== kubectl apply -f deploy/example/ (the tty examples and the sandbox's kvm, fuse and tun; %s)", strings.Join(pods, ", "))
+	} else {
+		say("== kubectl apply -f deploy/example/ (the tty examples; %s); no sandbox: this machine lacks some of /dev/kvm, /dev/fuse, /dev/net/tun", strings.Join(pods, ", "))
+	}
 	for _, name := range pods {
 		if _, err := c.WaitPod(ctx, "default", name, Running); err != nil {
 			t.Fatal(err)
@@ -94,12 +105,13 @@ func TestDemoK8s(t *testing.T) {
 // DRA ones (not the device-plugin mode's, not the GPU ones), their pods
 // on the node's network with the node's local busybox image (the node
 // pulls nothing), and the names of the pods.
-func (d *draRun) demoObjects(t *testing.T) ([]runtime.Object, []string) {
+func (d *draRun) demoObjects(t *testing.T, sandbox bool) ([]runtime.Object, []string) {
 	t.Helper()
 	var out []runtime.Object
 	var pods []string
 	for _, o := range deployObjects(t, "example") {
-		if base := filepath.Base(o.File); strings.Contains(base, "device-plugin") || strings.HasPrefix(base, "gpu") {
+		base := filepath.Base(o.File)
+		if strings.Contains(base, "device-plugin") || strings.HasPrefix(base, "gpu") || base == "sandbox.yaml" && !sandbox {
 			continue
 		}
 		if pod, ok := o.Obj.(*corev1.Pod); ok {
@@ -109,6 +121,9 @@ func (d *draRun) demoObjects(t *testing.T) ([]runtime.Object, []string) {
 				ctr := &pod.Spec.Containers[i]
 				ctr.Image, ctr.ImagePullPolicy = Image, corev1.PullNever
 				ctr.Command = []string{"/bin/sh", "-c", devLoop}
+				if base == "sandbox.yaml" {
+					ctr.Command = []string{"/bin/sh", "-c", `while :; do echo "devs $(stat -c '%n=%t:%T' /dev/kvm /dev/fuse /dev/net/tun | tr '\n' ' ')"; sleep 1; done`}
+				}
 			}
 			pods = append(pods, pod.Name)
 		}
@@ -220,4 +235,17 @@ func (d *draRun) sees(ctx context.Context, t *testing.T, pod, container string) 
 		t.Fatal(err)
 	}
 	return line
+}
+
+// sandboxDevices returns the generic types of the sandbox example whose
+// device this machine has: kvm, fuse and tun when all are there.
+func sandboxDevices() []string {
+	var out []string
+	for typ, path := range map[string]string{"kvm": "/dev/kvm", "fuse": "/dev/fuse", "tun": "/dev/net/tun"} {
+		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			out = append(out, typ)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -85,6 +85,8 @@ func TestDecode(t *testing.T) {
 			"gpus.yaml: Pod gpu-pcie-switch",
 			"gpus.yaml: Pod two-gpus-one-switch",
 			"gpus.yaml: Pod gpu-render-only",
+			"sandbox.yaml: ResourceClaimTemplate kvm-fuse-tun",
+			"sandbox.yaml: Pod sandbox",
 			"tty-limits.yaml: Pod tty-limits",
 			"tty-shared.yaml: ResourceClaim one-tty",
 			"tty-shared.yaml: Pod tty-shared",
