@@ -519,3 +519,15 @@ func (d *draRun) waitFreed(ctx context.Context, t *testing.T, held []string) {
 		t.Fatal(err)
 	}
 }
+
+// pluginDir gives the DaemonSet the directory of one more driver under
+// the kubelet's plugins/, as the chart mounts each enabled type's own.
+func pluginDir(ds *appsv1.DaemonSet, driver string) {
+	path := kubeletDir + "/plugins/" + driver
+	name := "plugin-" + strings.TrimSuffix(driver, ".cdi-exec.io")
+	create := corev1.HostPathDirectoryOrCreate
+	ds.Spec.Template.Spec.Volumes = append(ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: name,
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &create}}})
+	c := &ds.Spec.Template.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path})
+}

@@ -58,6 +58,7 @@ func TestClusterDRAGenericKVM(t *testing.T) {
 					cm.Items = append(cm.Items, corev1.KeyToPath{Key: "kvm.conf", Path: "kvm.d/generic.conf"})
 				}
 			}
+			pluginDir(obj, kvmDriver)
 		}
 	}
 	objs = append(objs, &resourceapi.DeviceClass{
@@ -218,6 +219,7 @@ func TestClusterDRAGenericSerial(t *testing.T) {
 					v.HostPath.Path = filepath.Join(host, v.HostPath.Path)
 				}
 			}
+			pluginDir(obj, serialDriver)
 		}
 	}
 	objs = append(objs, &resourceapi.DeviceClass{
