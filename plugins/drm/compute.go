@@ -98,8 +98,14 @@ func (g *computeGPU) node() string { return "/dev/nvidia" + strconv.Itoa(g.info.
 // nvidiaAddrs lists the PCI addresses the NVIDIA driver lists, sorted; none
 // when the driver is not loaded.
 func nvidiaAddrs(h *sysfs.Host) ([]string, error) {
+	return pciAddrsIn(h, h.Proc("driver/nvidia/gpus"))
+}
+
+// pciAddrsIn lists the entries of dir named as PCI addresses, sorted: none
+// when dir does not exist (the driver is not loaded).
+func pciAddrsIn(h *sysfs.Host, dir string) ([]string, error) {
 	var out []string
-	err := h.List(h.Proc("driver/nvidia/gpus"), func(name []byte, _ uint64, _ uint8) {
+	err := h.List(dir, func(name []byte, _ uint64, _ uint8) {
 		if request.IsPCIAddr(string(name)) {
 			out = append(out, string(name))
 		}
@@ -107,8 +113,11 @@ func nvidiaAddrs(h *sysfs.Host) ([]string, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, err
+	}
 	slices.Sort(out)
-	return out, err
+	return out, nil
 }
 
 // computeGPUs reads every GPU the NVIDIA driver lists, judged by the

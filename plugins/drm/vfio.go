@@ -3,15 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"slices"
 	"strings"
 
 	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/internal/vfio"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
-	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // VFIO mode (want_device_nodes ["vfio"] or ["iommufd"]): whole GPUs bound
@@ -45,20 +42,7 @@ type vfioGPU struct {
 // vfioAddrs lists the display functions (class 0x03) bound to vfio-pci,
 // sorted.
 func vfioAddrs(h *sysfs.Host) ([]string, error) {
-	var addrs []string
-	err := h.List(h.Sys("bus", "pci", "drivers", vfio.Driver), func(name []byte, _ uint64, _ uint8) {
-		if request.IsPCIAddr(string(name)) {
-			addrs = append(addrs, string(name))
-		}
-	})
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil // vfio-pci not loaded
-	}
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(addrs)
-	return addrs, nil
+	return pciAddrsIn(h, h.Sys("bus", "pci", "drivers", vfio.Driver))
 }
 
 // vfioGPUs reads and judges every display function bound to vfio-pci,

@@ -101,13 +101,13 @@ func (f *features) ctx(t *testing.T) context.Context {
 
 // yaml applies manifests given as YAML and deletes what they made when
 // the scenario ends.
-func (f *features) yaml(ctx context.Context, t *testing.T, doc string) {
+func (d *draRun) yaml(ctx context.Context, t *testing.T, doc string) {
 	t.Helper()
-	file := filepath.Join(f.c.Dir, fmt.Sprintf("apply-%d.yaml", time.Now().UnixNano()))
+	file := filepath.Join(d.c.Dir, fmt.Sprintf("apply-%d.yaml", time.Now().UnixNano()))
 	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := f.c.Kubectl(ctx, "apply", "-f", file); err != nil {
+	if out, err := d.c.Kubectl(ctx, "apply", "-f", file); err != nil {
 		t.Fatal(err)
 	} else {
 		t.Logf("kubectl apply:\n%s", strings.TrimSpace(out))
@@ -115,7 +115,7 @@ func (f *features) yaml(ctx context.Context, t *testing.T, doc string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if _, err := f.c.Kubectl(ctx, "delete", "-f", file, "--ignore-not-found", "--grace-period=0", "--wait=true", "--timeout=2m"); err != nil {
+		if _, err := d.c.Kubectl(ctx, "delete", "-f", file, "--ignore-not-found", "--grace-period=0", "--wait=true", "--timeout=2m"); err != nil {
 			t.Error(err)
 		}
 	})

@@ -234,7 +234,7 @@ func nodeLoop(dirs ...string) string {
 // them.
 func (f *fixtureRun) podNodes(ctx context.Context, t *testing.T, name, claim string, dirs ...string) []string {
 	t.Helper()
-	f.yamlApply(ctx, t, fmt.Sprintf(`---
+	f.yaml(ctx, t, fmt.Sprintf(`---
 apiVersion: v1
 kind: Pod
 metadata: {name: %s, namespace: default}
@@ -277,25 +277,6 @@ spec:
 	}
 	slices.Sort(seen)
 	return seen
-}
-
-// yamlApply applies YAML and deletes what it made when the test ends.
-func (f *fixtureRun) yamlApply(ctx context.Context, t *testing.T, doc string) {
-	t.Helper()
-	file := filepath.Join(f.c.Dir, fmt.Sprintf("apply-%d.yaml", time.Now().UnixNano()))
-	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.c.Kubectl(ctx, "apply", "-f", file); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if _, err := f.c.Kubectl(ctx, "delete", "-f", file, "--ignore-not-found", "--grace-period=0", "--wait=true", "--timeout=2m"); err != nil {
-			t.Error(err)
-		}
-	})
 }
 
 // allocated returns the devices allocated to a claim, by request, once

@@ -47,32 +47,7 @@ func TestClusterDRAGenericKVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.loadImage(ctx, t)
-	objs := d.driverManifests(t)
-	for _, o := range objs {
-		switch obj := o.(type) {
-		case *corev1.ConfigMap:
-			obj.Data["kvm.conf"] = kvmConf
-		case *appsv1.DaemonSet:
-			for i := range obj.Spec.Template.Spec.Volumes {
-				if cm := obj.Spec.Template.Spec.Volumes[i].ConfigMap; cm != nil {
-					cm.Items = append(cm.Items, corev1.KeyToPath{Key: "kvm.conf", Path: "kvm.d/generic.conf"})
-				}
-			}
-			pluginDir(obj, kvmDriver)
-		}
-	}
-	objs = append(objs, &resourceapi.DeviceClass{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
-		ObjectMeta: metav1.ObjectMeta{Name: kvmDriver},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
-			{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + kvmDriver + `"`}}}},
-	})
-	d.apply(ctx, t, objs)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = d.c.Kubectl(ctx, "delete", "deviceclass", kvmDriver, "--ignore-not-found")
-	})
+	d.deployType(ctx, t, "kvm", kvmConf, "")
 	driverPod := d.waitDriver(ctx, t, "")
 	shares := d.waitDevices(ctx, t, kvmDriver, 3)
 	t.Logf("driver pod %s; the kvm slice lists %v", driverPod, shares)
@@ -204,36 +179,7 @@ func TestClusterDRAGenericSerial(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.loadImage(ctx, t)
-	objs := d.driverManifests(t)
-	for _, o := range objs {
-		switch obj := o.(type) {
-		case *corev1.ConfigMap:
-			obj.Data["usbserial.conf"] = serialConf
-		case *appsv1.DaemonSet:
-			for i := range obj.Spec.Template.Spec.Volumes {
-				v := &obj.Spec.Template.Spec.Volumes[i]
-				switch {
-				case v.ConfigMap != nil:
-					v.ConfigMap.Items = append(v.ConfigMap.Items, corev1.KeyToPath{Key: "usbserial.conf", Path: "usbserial.d/generic.conf"})
-				case v.HostPath != nil && (v.HostPath.Path == "/sys" || v.HostPath.Path == "/dev"):
-					v.HostPath.Path = filepath.Join(host, v.HostPath.Path)
-				}
-			}
-			pluginDir(obj, serialDriver)
-		}
-	}
-	objs = append(objs, &resourceapi.DeviceClass{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
-		ObjectMeta: metav1.ObjectMeta{Name: serialDriver},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
-			{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + serialDriver + `"`}}}},
-	})
-	d.apply(ctx, t, objs)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = d.c.Kubectl(ctx, "delete", "deviceclass", serialDriver, "--ignore-not-found")
-	})
+	d.deployType(ctx, t, "usbserial", serialConf, host)
 	driverPod := d.waitDriver(ctx, t, "")
 	adapters := d.waitDevices(ctx, t, serialDriver, 3)
 	t.Logf("driver pod %s; the usbserial slice lists %v", driverPod, adapters)
@@ -282,4 +228,43 @@ requests:
 		t.Fatalf("the plugin holds %v", held)
 	}
 	t.Logf("the claim with usbSerial == B71234XY got %s; the pod sees %q", claim.Status.Allocation.Devices.Results[0].Device, line)
+}
+
+// deployType applies deploy/'s DRA manifests with one more type of the
+// generic plugin, <typ>.cdi-exec.io with conf (its config, its DeviceClass
+// and its plugin directory), and, when host is set, /sys and /dev of that
+// fixture host; the DeviceClass goes when the test ends.
+func (d *draRun) deployType(ctx context.Context, t *testing.T, typ, conf, host string) {
+	t.Helper()
+	driver := typ + ".cdi-exec.io"
+	objs := d.driverManifests(t)
+	for _, o := range objs {
+		switch obj := o.(type) {
+		case *corev1.ConfigMap:
+			obj.Data[typ+".conf"] = conf
+		case *appsv1.DaemonSet:
+			for i := range obj.Spec.Template.Spec.Volumes {
+				v := &obj.Spec.Template.Spec.Volumes[i]
+				switch {
+				case v.ConfigMap != nil:
+					v.ConfigMap.Items = append(v.ConfigMap.Items, corev1.KeyToPath{Key: typ + ".conf", Path: typ + ".d/generic.conf"})
+				case host != "" && v.HostPath != nil && (v.HostPath.Path == "/sys" || v.HostPath.Path == "/dev"):
+					v.HostPath.Path = filepath.Join(host, v.HostPath.Path)
+				}
+			}
+			pluginDir(obj, driver)
+		}
+	}
+	objs = append(objs, &resourceapi.DeviceClass{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
+		ObjectMeta: metav1.ObjectMeta{Name: driver},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
+			{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}},
+	})
+	d.apply(ctx, t, objs)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = d.c.Kubectl(ctx, "delete", "deviceclass", driver, "--ignore-not-found")
+	})
 }

@@ -40,7 +40,7 @@ func TestClusterDRANUMA(t *testing.T) {
 		"serial": {"x-tty-u-s-b0"},
 	})
 
-	f.yamlApply(ctx, t, claimYAML("default", "aligned", `
+	f.yaml(ctx, t, claimYAML("default", "aligned", `
 requests:
 - name: gpu
   exactly: {deviceClassName: gpu.cdi-exec.io, count: 1}
@@ -61,7 +61,7 @@ constraints:
 	}
 	t.Logf("matchAttribute resource.kubernetes.io/numaNode: %v; the pod sees %v", got, nodes)
 
-	f.yamlApply(ctx, t, claimYAML("default", "node0", `
+	f.yaml(ctx, t, claimYAML("default", "node0", `
 requests:
 - name: gpu
   exactly:

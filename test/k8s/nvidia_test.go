@@ -29,7 +29,7 @@ func TestClusterDRANVIDIACompute(t *testing.T) {
     "mounts": [{"hostPath": "` + fixtureRoot + `/usr/local/nvidia", "containerPath": "/usr/local/nvidia", "options": ["ro", "nosuid", "nodev", "rbind"]}]}}}}`,
 	}, map[string][]string{"cuda": {"pci-0000-00-06-0"}})
 
-	f.yamlApply(ctx, t, claimYAML("default", "gpu", `
+	f.yaml(ctx, t, claimYAML("default", "gpu", `
 requests:
 - name: r
   exactly: {deviceClassName: cuda.cdi-exec.io, count: 1}`)+fmt.Sprintf(`---

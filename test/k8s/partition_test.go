@@ -55,7 +55,7 @@ spec:
 		names = append(names, name)
 		doc += pod("default", name, []string{"name: vf\n    resourceClaimTemplateName: one-vf"}, map[string]string{"c": "claims: [{name: vf}]"})
 	}
-	f.yamlApply(ctx, t, doc)
+	f.yaml(ctx, t, doc)
 	running, pending := f.phases(ctx, t, names, 8, 2)
 	t.Logf("ten one-VF pods on two PFs of 4 VFs: running %v, pending %v", running, pending)
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -242,16 +243,9 @@ func netInterface(hostRoot, addr string) (iface, mac string, ok bool) {
 	slices.Sort(names)
 	iface = names[0]
 	if b, err := os.ReadFile(filepath.Join(dir, iface, "address")); err == nil {
-		mac = string(trimNewline(b))
+		mac = strings.TrimSpace(string(b))
 	}
 	return iface, mac, true
-}
-
-func trimNewline(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 // deviceInfos returns what the last inventory says of the results'
