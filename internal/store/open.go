@@ -184,7 +184,7 @@ func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 		how = unix.LOCK_EX
 	}
 	deadline := time.Now().Add(o.timeout)
-	for {
+	for pause := firstLockRetry; ; pause = min(2*pause, lockRetry) {
 		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			break
@@ -195,7 +195,7 @@ func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: %w (waited %v for its lock)", f.Name(), ErrBusy, o.timeout)
 		}
-		time.Sleep(lockRetry)
+		time.Sleep(pause)
 	}
 	// Checked once, under the lock: the file is the one opened, and its
 	// size cannot change while the lock is held.
@@ -210,8 +210,15 @@ func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 	return precheck(f, st.Size)
 }
 
-// lockRetry is the pause between attempts to take the file lock.
-const lockRetry = 20 * time.Millisecond
+// The pauses between attempts to take the file lock start at
+// firstLockRetry and double up to lockRetry: a store is held for the few
+// milliseconds of one transaction, so a waiter takes it soon after it is
+// freed (plugins of the DRA mode's claims prepared at once queue on one
+// store), and a long wait costs few attempts.
+const (
+	firstLockRetry = time.Millisecond
+	lockRetry      = 20 * time.Millisecond
+)
 
 // tempPattern names the temporary files a store is built in
 // (atomicfile.Options.Temp).

@@ -11,7 +11,9 @@
 // Every change is read, changed and written under an exclusive lock on
 // <driver>.lock, and the file is replaced atomically (write, fsync,
 // rename), so two processes of the driver (a rolling update) and a crash
-// at any point leave a whole file.
+// at any point leave a whole file. Changes that come while another is
+// being written are written together, once (a group commit), so claims
+// prepared at once do not queue for one fsync each.
 package claimstate
 
 import (
@@ -25,6 +27,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	sigsjson "sigs.k8s.io/json"
@@ -70,6 +73,17 @@ type File struct {
 	driver string
 	path   string
 	lock   string
+
+	writer sync.Mutex // held by the Update that writes the file
+	mu     sync.Mutex // guards queue
+	queue  []*change  // changes not yet written, in the order they came
+}
+
+// change is one Update's function and, once closed done, its outcome.
+type change struct {
+	fn   func(Claims) error
+	err  error
+	done chan struct{}
 }
 
 // Open returns the state file of driver in dir, creating dir (mode 0700)
@@ -102,21 +116,59 @@ func (f *File) Read(ctx context.Context) (Claims, error) {
 // Update runs fn on the recorded claims under the exclusive lock and
 // writes what fn leaves, if it changed anything. An error from fn
 // changes nothing and is returned.
+//
+// Updates of one File run one write at a time. Those that come while a
+// write is under way wait, and the next writer applies all of them in
+// the order they came, each to what the ones before it left, and writes
+// the file once for them all; an fn that fails leaves out only its own
+// change. The writer's ctx bounds the wait for the file lock of the
+// whole group.
 func (f *File) Update(ctx context.Context, fn func(Claims) error) error {
-	return f.locked(ctx, modelock.Exclusive, func() error {
+	c := &change{fn: fn, done: make(chan struct{})}
+	f.mu.Lock()
+	f.queue = append(f.queue, c)
+	f.mu.Unlock()
+	f.writer.Lock()
+	defer f.writer.Unlock()
+	select {
+	case <-c.done: // the writer before took it
+		return c.err
+	default:
+	}
+	f.mu.Lock()
+	group := f.queue
+	f.queue = nil
+	f.mu.Unlock()
+	f.commit(ctx, group)
+	return c.err
+}
+
+// commit applies a group of changes and writes the file once, then
+// closes each change's done.
+func (f *File) commit(ctx context.Context, group []*change) {
+	err := f.locked(ctx, modelock.Exclusive, func() error {
 		old, err := f.read()
 		if err != nil {
 			return err
 		}
-		claims := maps.Clone(old)
-		if err := fn(claims); err != nil {
-			return err
+		claims := old
+		for _, c := range group {
+			next := maps.Clone(claims)
+			if c.err = c.fn(next); c.err == nil {
+				claims = next
+			}
 		}
 		if reflect.DeepEqual(claims, old) {
 			return nil
 		}
 		return f.write(claims)
 	})
+	for _, c := range group {
+		if c.err == nil {
+			c.err = err
+		}
+		close(c.done)
+	}
 }
 
 // locked runs fn holding a lock of kind on the lock file.

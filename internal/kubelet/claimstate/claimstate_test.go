@@ -3,10 +3,17 @@ package claimstate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/modelock"
+	"github.com/cdi-exec/plugins/test/kubelettest"
+	"golang.org/x/sys/unix"
 )
 
 func open(t *testing.T, dir string) *File {
@@ -125,5 +132,105 @@ func TestConcurrentUpdates(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Fatalf("%d claims recorded, want %d", len(got), n)
+	}
+}
+
+// Updates that come while a write waits are written together, once, in
+// the order they came; one that fails leaves out only its own change.
+func TestUpdateGroupCommit(t *testing.T) {
+	dir := t.TempDir()
+	f := open(t, dir)
+	renames := kubelettest.WatchRenames(t, dir)
+	// Hold the file lock, as the other pod of a rolling update would, so
+	// that the first Update waits in it with the writer's turn.
+	lock, err := modelock.OpenFile(f.lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if ok, err := modelock.Try(lock, modelock.Exclusive); !ok || err != nil {
+		t.Fatalf("lock: %v, %v", ok, err)
+	}
+	add := func(uid string) func(Claims) error {
+		return func(cs Claims) error {
+			cs[uid] = Claim{UID: uid, Namespace: "default", Name: uid, Keys: []string{"tty" + uid}}
+			return nil
+		}
+	}
+	boom := errors.New("boom")
+	errs := make(chan error, 1)
+	go func() { errs <- f.Update(t.Context(), add("first")) }()
+	waitQueue := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			f.mu.Lock()
+			got := len(f.queue)
+			f.mu.Unlock()
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d updates queued, want %d", got, n)
+			}
+		}
+	}
+	// The first takes the writer's turn and waits for the lock.
+	for deadline := time.Now().Add(10 * time.Second); f.writer.TryLock(); time.Sleep(time.Millisecond) {
+		f.writer.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the first update never took the writer's turn")
+		}
+	}
+	waitQueue(0)
+	var wg sync.WaitGroup
+	results := make([]error, 6)
+	for i := range results {
+		wg.Add(1)
+		// Queue them one by one, so that their order is known.
+		go func() {
+			defer wg.Done()
+			uid := fmt.Sprint(i)
+			fn := add(uid)
+			if i == 3 {
+				fn = func(cs Claims) error {
+					delete(cs, "2") // undone: its update fails
+					cs[uid] = Claim{UID: uid}
+					return boom
+				}
+			}
+			if i == 4 {
+				fn = func(cs Claims) error {
+					if _, ok := cs["2"]; !ok {
+						return errors.New("an update after another does not see its change")
+					}
+					return add(uid)(cs)
+				}
+			}
+			results[i] = f.Update(t.Context(), fn)
+		}()
+		waitQueue(i + 1)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("the first update: %v", err)
+	}
+	wg.Wait()
+	for i, err := range results {
+		if want := i == 3; errors.Is(err, boom) != want || (!want && err != nil) {
+			t.Errorf("update %d returned %v", i, err)
+		}
+	}
+	if got := renames.Take(filepath.Base(f.Path())); got != 2 {
+		t.Errorf("%d writes of the file, want 2: the first alone, the six queued behind it together", got)
+	}
+	got, err := f.Read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"0", "1", "2", "4", "5", "first"}
+	if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, want) {
+		t.Errorf("recorded %v, want %v", keys, want)
 	}
 }

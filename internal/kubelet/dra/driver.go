@@ -20,6 +20,7 @@ import (
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/keymutex"
 
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
@@ -61,9 +62,11 @@ type driver struct {
 	helper *kubeletplugin.Helper // set by start
 	fatal  func(error)           // stops Run; set by start
 
-	// ops serialises preparing, unpreparing and freeing within the
-	// process; claimstate's file lock covers other processes.
-	ops sync.Mutex
+	// claimOps keeps the prepare, unprepare and freeing of one claim UID
+	// apart within the process, while those of different claims run at
+	// once (the helper does not serialise: start); the claim records' and
+	// the plugins' stores' file locks cover other processes.
+	claimOps keymutex.KeyMutex
 
 	// poller asks the plugins for their devices and keeps their answers.
 	poller *inventory.Poller
@@ -110,11 +113,16 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 		metadata:  opt.DeviceMetadata,
 		leftovers: leftovers{resource: opt.Suffix + "/" + typ, tracker: podgc.NewTracker(opt.StaleGrace)},
 		regSock:   reg, draSock: dra,
-		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
-		unnamed: map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
+		poller:   inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
+		claimOps: keymutex.NewHashed(claimOpLocks),
+		unnamed:  map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
 	}, nil
 }
+
+// claimOpLocks is how many locks the claim UIDs hash to: two claims
+// share one by chance, rarely, and then merely wait.
+const claimOpLocks = 64
 
 // start registers the driver with the kubelet and publishes its slice.
 func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) error {
@@ -135,6 +143,9 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 		kubeletplugin.KubeClient(d.client),
 		kubeletplugin.RegistrarDirectoryPath(regDir),
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
+		// Claims are prepared at once, each under its own lock (claimOps):
+		// a batch of pods does not queue behind one prepare at a time.
+		kubeletplugin.Serialize(false),
 	}
 	if opt.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(opt.PodUID)))
@@ -142,6 +153,7 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	if d.metadata {
 		opts = append(opts,
 			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.MetadataFileOps(kubeletplugin.MetadataFileOperations{WriteFile: writeMetadataFile}),
 			kubeletplugin.CDIDirectory(opt.CDISpecDir))
 	}
 	d.fatal = fatal

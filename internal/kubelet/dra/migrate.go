@@ -75,13 +75,11 @@ func (d *driver) collectLeftovers(ctx context.Context, now time.Time, live map[s
 	held := podgc.Held(d.poller.Inventory().Holders, d.typ)
 	freed := 0
 	for _, v := range d.leftovers.tracker.Scan(now, held, live) {
-		d.ops.Lock()
 		var errs []error
 		for _, conf := range d.poller.Configs() {
 			_, err := d.caller.Del(ctx, conf, v.ID)
 			errs = append(errs, err)
 		}
-		d.ops.Unlock()
 		if err := errors.Join(errs...); err != nil {
 			d.log.Error("freeing a device-plugin id failed; trying again next scan", "requestId", v.ID, "err", err)
 			continue

@@ -89,8 +89,8 @@ func (d *driver) gone(ctx context.Context, c claimstate.Claim) (string, error) {
 
 // free releases a stale claim and logs it.
 func (d *driver) free(ctx context.Context, c claimstate.Claim, why string, absent time.Duration) {
-	d.ops.Lock()
-	defer d.ops.Unlock()
+	d.claimOps.LockKey(c.UID)
+	defer d.claimOps.UnlockKey(c.UID)
 	log := d.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "reason", why, "goneFor", absent.Round(time.Second))
 	held, err := d.release(ctx, c.UID)
 	if err != nil {
