@@ -8,7 +8,7 @@ import (
 
 // Every plugin of this repository is built with updatemaxprocs=0: a
 // process that lives for milliseconds has no use for the runtime's watch
-// of its cgroup's CPU limit, whose start costs it about 40 µs
+// of its cgroup's CPU limit, whose start costs it about 20 µs
 // (docs/performance.md#the-go-runtimes-start). The long-lived
 // cdi-kubelet-plugin keeps the default.
 func TestPluginsSkipMaxProcsUpdates(t *testing.T) {

@@ -1,6 +1,6 @@
 // A plugin process lives for milliseconds: the runtime's watch of the
 // cgroup's CPU limit is of no use to it, and costs its start about
-// 40 µs (docs/performance.md#the-go-runtimes-start).
+// 20 µs (docs/performance.md#the-go-runtimes-start).
 //go:debug updatemaxprocs=0
 
 // Command generic is the CDI exec plugin that hands out any device nodes
