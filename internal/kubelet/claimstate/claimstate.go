@@ -79,6 +79,10 @@ type File struct {
 	queue  []*change  // changes not yet written, in the order they came
 }
 
+// groupWait bounds a group of changes' wait for the file lock, which the
+// other pod of a rolling update holds for the milliseconds of a write.
+const groupWait = 30 * time.Second
+
 // change is one Update's function and, once closed done, its outcome.
 type change struct {
 	fn   func(Claims) error
@@ -121,8 +125,9 @@ func (f *File) Read(ctx context.Context) (Claims, error) {
 // write is under way wait, and the next writer applies all of them in
 // the order they came, each to what the ones before it left, and writes
 // the file once for them all; an fn that fails leaves out only its own
-// change. The writer's ctx bounds the wait for the file lock of the
-// whole group.
+// change. The group's wait for the file lock is bounded by groupWait, not
+// by one caller's ctx, so that one cancelled call does not fail the
+// changes of the others.
 func (f *File) Update(ctx context.Context, fn func(Claims) error) error {
 	c := &change{fn: fn, done: make(chan struct{})}
 	f.mu.Lock()
@@ -146,6 +151,8 @@ func (f *File) Update(ctx context.Context, fn func(Claims) error) error {
 // commit applies a group of changes and writes the file once, then
 // closes each change's done.
 func (f *File) commit(ctx context.Context, group []*change) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupWait)
+	defer cancel()
 	err := f.locked(ctx, modelock.Exclusive, func() error {
 		old, err := f.read()
 		if err != nil {

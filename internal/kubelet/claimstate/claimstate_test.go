@@ -1,6 +1,7 @@
 package claimstate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -232,5 +233,48 @@ func TestUpdateGroupCommit(t *testing.T) {
 	want := []string{"0", "1", "2", "4", "5", "first"}
 	if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, want) {
 		t.Errorf("recorded %v, want %v", keys, want)
+	}
+}
+
+// The writer of a group whose call is cancelled while it waits for the
+// file lock still writes the group: one cancelled call does not fail the
+// changes of the others.
+func TestUpdateGroupOutlivesCancel(t *testing.T) {
+	f := open(t, t.TempDir())
+	lock, err := modelock.OpenFile(f.lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if ok, err := modelock.Try(lock, modelock.Exclusive); !ok || err != nil {
+		t.Fatalf("lock: %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	errs := make(chan error, 2)
+	go func() {
+		errs <- f.Update(ctx, func(cs Claims) error { cs["a"] = Claim{UID: "a"}; return nil })
+	}()
+	for deadline := time.Now().Add(10 * time.Second); f.writer.TryLock(); time.Sleep(time.Millisecond) {
+		f.writer.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the update never took the writer's turn")
+		}
+	}
+	go func() {
+		errs <- f.Update(t.Context(), func(cs Claims) error { cs["b"] = Claim{UID: "b"}; return nil })
+	}()
+	cancel()
+	time.Sleep(20 * time.Millisecond) // the writer sees its call cancelled while it waits
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("an update failed: %v", err)
+		}
+	}
+	got, err := f.Read(t.Context())
+	if err != nil || len(got) != 2 {
+		t.Fatalf("recorded %v, %v; want a and b", got, err)
 	}
 }
