@@ -29,11 +29,14 @@ type Options struct {
 	// NoClobber links the new file into place only if the name is free;
 	// an existing file is kept and Write succeeds.
 	NoClobber bool
-	// NoSync skips both fsyncs, for a derived file whose reader checks
-	// it and rebuilds it: after a crash it may be empty or torn. The old
-	// file is unlinked before the rename, so that ext4 (auto_da_alloc)
-	// does not flush the new one to disk on the rename.
+	// NoSync skips both fsyncs, for a file rebuilt when it is lost: after
+	// a crash it may be empty or torn.
 	NoSync bool
+	// UnlinkFirst removes the old file before the rename, so that ext4
+	// (auto_da_alloc) does not flush the new one to disk on the rename;
+	// for a moment no file is there, so only for a file whose reader
+	// copes with none (with NoSync: a cache).
+	UnlinkFirst bool
 }
 
 // Write replaces dir/name with what fill writes to the temporary file:
@@ -48,8 +51,17 @@ func Write(dir, name string, o Options, fill func(*os.File) error) error {
 	defer unix.Close(dfd)
 	SweepAt(dfd, dir, o.Temp)
 	before, after, _ := strings.Cut(o.Temp, "*")
-	tmp := before + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 10) + after
-	fd, err := unix.Openat(dfd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(o.Perm.Perm()))
+	var tmp string
+	var fd int
+	// Two writers of one process can meet on a name in one nanosecond;
+	// the later takes the next name.
+	for try := 0; ; try++ {
+		tmp = before + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()+int64(try), 10) + after
+		fd, err = unix.Openat(dfd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(o.Perm.Perm()))
+		if err != unix.EEXIST || try == 9 {
+			break
+		}
+	}
 	if err != nil {
 		return &os.PathError{Op: "create", Path: dir + "/" + tmp, Err: err}
 	}
@@ -74,7 +86,7 @@ func Write(dir, name string, o Options, fill func(*os.File) error) error {
 			return &os.PathError{Op: "link", Path: dir + "/" + name, Err: err}
 		}
 	default:
-		if o.NoSync {
+		if o.UnlinkFirst {
 			if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
 				return &os.PathError{Op: "unlink", Path: dir + "/" + name, Err: err}
 			}

@@ -250,7 +250,7 @@ func (c *Cache) Save(st *Stamp, summary, facts []byte) error {
 	}
 	// Not synced; the old file is unlinked before the rename, so a reader
 	// meanwhile finds the old file, none (and rescans), or the new one.
-	return atomicfile.WriteBytes(c.dir, c.name, atomicfile.Options{Temp: c.name + ".tmp-*", Perm: 0o600, NoSync: true},
+	return atomicfile.WriteBytes(c.dir, c.name, atomicfile.Options{Temp: c.name + ".tmp-*", Perm: 0o600, NoSync: true, UnlinkFirst: true},
 		c.encode(st, summary, facts))
 }
 

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"maps"
 	"os"
@@ -70,9 +71,10 @@ type file struct {
 
 // File is one driver's state file.
 type File struct {
-	driver string
-	path   string
-	lock   string
+	driver    string
+	path      string
+	lock      string // the file lock of the records
+	claimLock string // the claims' own locks (LockClaims)
 
 	writer sync.Mutex // held by the Update that writes the file
 	mu     sync.Mutex // guards queue
@@ -97,10 +99,40 @@ func Open(dir, driver string) (*File, error) {
 		return nil, fmt.Errorf("claim state: %w", err)
 	}
 	return &File{
-		driver: driver,
-		path:   filepath.Join(dir, driver+".json"),
-		lock:   filepath.Join(dir, driver+".lock"),
+		driver:    driver,
+		path:      filepath.Join(dir, driver+".json"),
+		lock:      filepath.Join(dir, driver+".lock"),
+		claimLock: filepath.Join(dir, driver+".claims.lock"),
 	}, nil
+}
+
+// LockClaims takes the lock of each claim UID, waiting until ctx ends, and
+// returns the function that releases them. A claim's lock is one byte of
+// <driver>.claims.lock at an offset hashed from its UID (an fcntl(2) lock
+// of the open file), so the calls of one claim take turns whether they
+// run in one process or in the two pods of a rolling update, while those
+// of different claims run at once; two UIDs whose hashes meet merely wait
+// for each other. The bytes are taken in ascending order, so that two
+// callers of overlapping sets never wait for each other in a cycle.
+func (f *File) LockClaims(ctx context.Context, uids []string) (unlock func(), err error) {
+	var offs []int64
+	for _, uid := range uids {
+		h := fnv.New32a()
+		h.Write([]byte(uid))
+		offs = append(offs, int64(h.Sum32()))
+	}
+	slices.Sort(offs)
+	l, err := modelock.OpenFile(f.claimLock)
+	if err != nil {
+		return nil, fmt.Errorf("claim locks: %w", err)
+	}
+	for _, off := range slices.Compact(offs) {
+		if err := modelock.WaitByte(ctx, l, off); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("claim locks: %w", err)
+		}
+	}
+	return func() { l.Close() }, nil
 }
 
 // Path is the state file's path.
@@ -127,7 +159,9 @@ func (f *File) Read(ctx context.Context) (Claims, error) {
 // the file once for them all; an fn that fails leaves out only its own
 // change. The group's wait for the file lock is bounded by groupWait, not
 // by one caller's ctx, so that one cancelled call does not fail the
-// changes of the others.
+// changes of the others; a call waits for its change's outcome whatever
+// its ctx, at most twice groupWait (the group before its own, and its
+// own).
 func (f *File) Update(ctx context.Context, fn func(Claims) error) error {
 	c := &change{fn: fn, done: make(chan struct{})}
 	f.mu.Lock()

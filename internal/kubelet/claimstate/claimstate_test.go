@@ -278,3 +278,33 @@ func TestUpdateGroupOutlivesCancel(t *testing.T) {
 		t.Fatalf("recorded %v, %v; want a and b", got, err)
 	}
 }
+
+// A claim's lock keeps out every other call of that claim, from this
+// process or another one (a second File of the same directory stands for
+// the other pod of a rolling update), and no call of another claim.
+func TestLockClaims(t *testing.T) {
+	dir := t.TempDir()
+	ours, theirs := open(t, dir), open(t, dir)
+	unlock, err := ours.LockClaims(t.Context(), []string{"b", "a", "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]*File{"this process": ours, "the other pod": theirs} {
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		if _, err := f.LockClaims(ctx, []string{"c", "a"}); err == nil {
+			t.Errorf("%s took a claim's lock while it was held", name)
+		}
+		cancel()
+		other, err := f.LockClaims(t.Context(), []string{"c", "d"})
+		if err != nil {
+			t.Fatalf("%s: the locks of other claims: %v", name, err)
+		}
+		other()
+	}
+	unlock()
+	again, err := theirs.LockClaims(t.Context(), []string{"a"})
+	if err != nil {
+		t.Fatalf("after unlock: %v", err)
+	}
+	again()
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,7 +21,9 @@ import (
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
-	"k8s.io/utils/keymutex"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
@@ -60,13 +63,10 @@ type driver struct {
 	regSock, draSock string
 
 	helper *kubeletplugin.Helper // set by start
-	fatal  func(error)           // stops Run; set by start
-
-	// claimOps keeps the prepare, unprepare and freeing of one claim UID
-	// apart within the process, while those of different claims run at
-	// once (the helper does not serialise: start); the claim records' and
-	// the plugins' stores' file locks cover other processes.
-	claimOps keymutex.KeyMutex
+	// registration is the kubelet's last word on the driver's
+	// registration (noteRegistration), nil before it came.
+	registration *registerapi.RegistrationStatus
+	fatal        func(error) // stops Run; set by start
 
 	// poller asks the plugins for their devices and keeps their answers.
 	poller *inventory.Poller
@@ -113,16 +113,11 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 		metadata:  opt.DeviceMetadata,
 		leftovers: leftovers{resource: opt.Suffix + "/" + typ, tracker: podgc.NewTracker(opt.StaleGrace)},
 		regSock:   reg, draSock: dra,
-		poller:   inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
-		claimOps: keymutex.NewHashed(claimOpLocks),
-		unnamed:  map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
+		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
+		unnamed: map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
 	}, nil
 }
-
-// claimOpLocks is how many locks the claim UIDs hash to: two claims
-// share one by chance, rarely, and then merely wait.
-const claimOpLocks = 64
 
 // start registers the driver with the kubelet and publishes its slice.
 func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) error {
@@ -143,9 +138,12 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 		kubeletplugin.KubeClient(d.client),
 		kubeletplugin.RegistrarDirectoryPath(regDir),
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
-		// Claims are prepared at once, each under its own lock (claimOps):
-		// a batch of pods does not queue behind one prepare at a time.
+		// Claims are prepared at once, each call under its claims' own
+		// locks (oneCallPerClaim): a batch of pods does not queue behind
+		// one prepare at a time.
 		kubeletplugin.Serialize(false),
+		kubeletplugin.GRPCInterceptor(d.oneCallPerClaim),
+		kubeletplugin.GRPCInterceptor(d.noteRegistration),
 	}
 	if opt.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(opt.PodUID)))
@@ -165,6 +163,66 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	d.helper = h
 	d.mu.Unlock()
 	return d.publish(ctx)
+}
+
+// oneCallPerClaim is the helper's gRPC interceptor: a
+// NodePrepareResources or NodeUnprepareResources call holds the lock of
+// each of its claims (claimstate.LockClaims) from the helper's GET of the
+// claim to the metadata files it writes or removes after the driver's
+// answer. The calls of one claim take turns, in this process and in the
+// other pod of a rolling update (a kubelet that timed out and asks again,
+// two pods of one shared claim), while those of different claims run at
+// once. A call that cannot take its locks before its context ends fails
+// whole, and the kubelet asks again.
+func (d *driver) oneCallPerClaim(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	uids := claimUIDs(req)
+	if len(uids) == 0 {
+		return handler(ctx, req)
+	}
+	unlock, err := d.state.LockClaims(ctx, uids)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return handler(ctx, req)
+}
+
+// noteRegistration is the helper's gRPC interceptor that keeps what the
+// kubelet's plugin watcher says of the registration (NotifyRegistrationStatus)
+// under the driver's lock, for awaitKubelet: the helper's own
+// RegistrationStatus reads its field without a lock.
+func (d *driver) noteRegistration(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if st, ok := req.(*registerapi.RegistrationStatus); ok {
+		d.mu.Lock()
+		d.registration = &registerapi.RegistrationStatus{PluginRegistered: st.PluginRegistered, Error: st.Error}
+		d.mu.Unlock()
+	}
+	return handler(ctx, req)
+}
+
+// claimUIDs are the claim UIDs of a prepare or unprepare call, of either
+// version of the kubelet's DRA API; none for any other call.
+func claimUIDs(req any) []string {
+	var out []string
+	switch r := req.(type) {
+	case *drapb.NodePrepareResourcesRequest:
+		for _, c := range r.Claims {
+			out = append(out, c.Uid)
+		}
+	case *drapb.NodeUnprepareResourcesRequest:
+		for _, c := range r.Claims {
+			out = append(out, c.Uid)
+		}
+	case *drapbv1beta1.NodePrepareResourcesRequest:
+		for _, c := range r.Claims {
+			out = append(out, c.Uid)
+		}
+	case *drapbv1beta1.NodeUnprepareResourcesRequest:
+		for _, c := range r.Claims {
+			out = append(out, c.Uid)
+		}
+	}
+	return out
 }
 
 // sockets returns the paths of the helper's sockets under the kubelet's
@@ -229,12 +287,8 @@ func (d *driver) awaitKubelet(ctx context.Context, interval time.Duration, kubel
 		case <-tick.C:
 		}
 		d.mu.Lock()
-		h := d.helper
+		st := d.registration
 		d.mu.Unlock()
-		if h == nil {
-			continue
-		}
-		st := h.RegistrationStatus()
 		if st != nil && st.PluginRegistered {
 			if waited {
 				d.log.Info("registered with the kubelet", "socket", d.regSock)

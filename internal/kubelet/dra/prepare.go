@@ -42,8 +42,6 @@ type result struct {
 // one request of the claim gets that request's devices only.
 func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 	start := time.Now()
-	d.claimOps.LockKey(string(claim.UID))
-	defer d.claimOps.UnlockKey(string(claim.UID))
 	log := d.log.With("claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID)
 	if err := checkUID(string(claim.UID)); err != nil {
 		d.metrics.Prepared(d.name, err, time.Since(start))
@@ -282,8 +280,6 @@ func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 
 func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject) error {
 	start := time.Now()
-	d.claimOps.LockKey(string(c.UID))
-	defer d.claimOps.UnlockKey(string(c.UID))
 	var held bool
 	err := checkUID(string(c.UID))
 	if err == nil {

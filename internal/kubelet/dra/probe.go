@@ -49,12 +49,12 @@ func (d *driver) Live(ctx context.Context) error {
 // after each failure the controller reported.
 func (d *driver) Ready(ctx context.Context) error {
 	d.mu.Lock()
-	h, published, written, failed := d.helper, d.published, d.written, d.sliceErr
+	h, st, published, written, failed := d.helper, d.registration, d.published, d.written, d.sliceErr
 	d.mu.Unlock()
 	if h == nil {
 		return errors.New("not started")
 	}
-	switch st := h.RegistrationStatus(); {
+	switch {
 	case st == nil:
 		return errors.New("not registered with the kubelet yet")
 	case !st.PluginRegistered:

@@ -89,9 +89,13 @@ func (d *driver) gone(ctx context.Context, c claimstate.Claim) (string, error) {
 
 // free releases a stale claim and logs it.
 func (d *driver) free(ctx context.Context, c claimstate.Claim, why string, absent time.Duration) {
-	d.claimOps.LockKey(c.UID)
-	defer d.claimOps.UnlockKey(c.UID)
 	log := d.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "reason", why, "goneFor", absent.Round(time.Second))
+	unlock, err := d.state.LockClaims(ctx, []string{c.UID})
+	if err != nil {
+		log.Error("stale claim: freeing failed; trying again next scan", "err", err)
+		return
+	}
+	defer unlock()
 	held, err := d.release(ctx, c.UID)
 	if err != nil {
 		log.Error("stale claim: freeing failed; trying again next scan", "err", err)

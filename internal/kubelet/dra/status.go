@@ -275,7 +275,8 @@ func (d *driver) deviceStatuses(results []result, infos map[string]protocol.Devi
 
 // writeMetadataFile is how the helper writes the metadata files and
 // their CDI specs (kubeletplugin.MetadataFileOps): each replaced
-// atomically, without the helper's own two fsyncs a file. They are
+// atomically (renamed over the old one), without the helper's own two
+// fsyncs a file. They are
 // derived from the claim at each prepare, and the spec that mounts a
 // file lives in --cdi-spec-dir, /var/run/cdi, a tmpfs that a reboot
 // empties: a file needs no more durability than the spec that points at
