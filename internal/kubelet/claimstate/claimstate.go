@@ -138,15 +138,12 @@ func (f *File) LockClaims(ctx context.Context, uids []string) (unlock func(), er
 // Path is the state file's path.
 func (f *File) Path() string { return f.path }
 
-// Read returns the recorded claims.
-func (f *File) Read(ctx context.Context) (Claims, error) {
-	var out Claims
-	err := f.locked(ctx, modelock.Shared, func() error {
-		var err error
-		out, err = f.read()
-		return err
-	})
-	return out, err
+// Read returns the recorded claims. It takes no lock: the file is only
+// ever replaced whole, by a rename, so a reader finds the old file or the
+// new one; it never waits for a write, which claims prepared at once
+// would otherwise queue behind.
+func (f *File) Read(context.Context) (Claims, error) {
+	return f.read()
 }
 
 // Update runs fn on the recorded claims under the exclusive lock and
