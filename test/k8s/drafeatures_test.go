@@ -416,22 +416,7 @@ spec:
 	if _, err := f.c.WaitPod(ctx, "default", "described", Running); err != nil {
 		t.Fatal(err)
 	}
-	var line string
-	err := waitFor(ctx, "the metadata file in the container", func(ctx context.Context) error {
-		b, err := f.c.api.get(ctx, f.c.url("/containerLogs/default/described/c"))
-		if err != nil {
-			return err
-		}
-		for l := range strings.Lines(string(b)) {
-			if strings.HasPrefix(l, "metadata {") {
-				line = strings.TrimSpace(l)
-			}
-		}
-		if line == "" {
-			return fmt.Errorf("no metadata line in %q", b)
-		}
-		return nil
-	}, f.c.Kubelet)
+	line, err := f.c.WaitLogLine(ctx, "described", "c", "metadata {")
 	if err != nil {
 		t.Fatal(err)
 	}

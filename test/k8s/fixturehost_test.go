@@ -256,22 +256,8 @@ spec:
 	if _, err := f.c.WaitPod(ctx, "default", name, Running); err != nil {
 		t.Fatal(err)
 	}
-	var seen []string
-	err := waitFor(ctx, "the nodes of "+name, func(ctx context.Context) error {
-		b, err := f.c.api.get(ctx, f.c.url("/containerLogs/default/"+name+"/c"))
-		if err != nil {
-			return err
-		}
-		for l := range strings.Lines(string(b)) {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "nodes"); ok {
-				seen = strings.Fields(rest)
-			}
-		}
-		if seen == nil {
-			return fmt.Errorf("no nodes line in %q", b)
-		}
-		return nil
-	}, f.c.Kubelet)
+	line, err := f.c.WaitLogLine(ctx, name, "c", "nodes")
+	seen := strings.Fields(strings.TrimPrefix(line, "nodes"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,22 +197,7 @@ requests:
 	if _, err := d.c.WaitPod(ctx, "default", "by-serial", Running); err != nil {
 		t.Fatal(err)
 	}
-	var line string
-	err := waitFor(ctx, "the pod's devs line", func(ctx context.Context) error {
-		b, err := d.c.api.get(ctx, d.c.url("/containerLogs/default/by-serial/c"))
-		if err != nil {
-			return err
-		}
-		for l := range strings.SplitSeq(string(b), "\n") {
-			if strings.HasPrefix(l, "devs ") {
-				line = strings.TrimSpace(l)
-			}
-		}
-		if line == "" {
-			return fmt.Errorf("no devs line in %q", b)
-		}
-		return nil
-	}, d.c.Kubelet)
+	line, err := d.c.WaitLogLine(ctx, "by-serial", "c", "devs ")
 	if err != nil {
 		t.Fatal(err)
 	}

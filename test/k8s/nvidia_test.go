@@ -3,7 +3,6 @@
 package k8se2e
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -51,22 +50,7 @@ spec:
     resources:
       claims: [{name: gpu}]
 `, Image))
-	var line string
-	err := waitFor(ctx, "the container's view of the GPU", func(ctx context.Context) error {
-		b, err := f.c.api.get(ctx, f.c.url("/containerLogs/default/cuda/c"))
-		if err != nil {
-			return err
-		}
-		for l := range strings.Lines(string(b)) {
-			if strings.HasPrefix(l, "edits ") {
-				line = strings.TrimSpace(l)
-			}
-		}
-		if line == "" {
-			return fmt.Errorf("no edits line in %q", b)
-		}
-		return nil
-	}, f.c.Kubelet)
+	line, err := f.c.WaitLogLine(ctx, "cuda", "c", "edits ")
 	if err != nil {
 		t.Fatal(err)
 	}

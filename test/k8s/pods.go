@@ -126,6 +126,28 @@ func (n *Node) Logs(ctx context.Context, pod string) (string, error) {
 	return string(b), err
 }
 
+// WaitLogLine waits until container c of pod default/<pod> has printed a
+// line that starts with prefix, and returns the last such line, trimmed.
+func (n *Node) WaitLogLine(ctx context.Context, pod, c, prefix string) (string, error) {
+	var line string
+	err := waitFor(ctx, fmt.Sprintf("a %q line from %s/%s", prefix, pod, c), func(ctx context.Context) error {
+		b, err := n.api.get(ctx, n.url("/containerLogs/default/"+pod+"/"+c))
+		if err != nil {
+			return err
+		}
+		for l := range strings.Lines(string(b)) {
+			if strings.HasPrefix(l, prefix) {
+				line = strings.TrimSpace(l)
+			}
+		}
+		if line == "" {
+			return fmt.Errorf("no %q line in %q", prefix, b)
+		}
+		return nil
+	}, n.Kubelet)
+	return line, err
+}
+
 // Metrics returns the kubelet's Prometheus metrics.
 func (n *Node) Metrics(ctx context.Context) (string, error) {
 	b, err := n.api.get(ctx, n.url("/metrics"))

@@ -144,14 +144,7 @@ func TestUpdateGroupCommit(t *testing.T) {
 	renames := kubelettest.WatchRenames(t, dir)
 	// Hold the file lock, as the other pod of a rolling update would, so
 	// that the first Update waits in it with the writer's turn.
-	lock, err := modelock.OpenFile(f.lock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if ok, err := modelock.Try(lock, modelock.Exclusive); !ok || err != nil {
-		t.Fatalf("lock: %v, %v", ok, err)
-	}
+	release := holdFileLock(t, f)
 	add := func(uid string) func(Claims) error {
 		return func(cs Claims) error {
 			cs[uid] = Claim{UID: uid, Namespace: "default", Name: uid, Keys: []string{"tty" + uid}}
@@ -176,12 +169,7 @@ func TestUpdateGroupCommit(t *testing.T) {
 		}
 	}
 	// The first takes the writer's turn and waits for the lock.
-	for deadline := time.Now().Add(10 * time.Second); f.writer.TryLock(); time.Sleep(time.Millisecond) {
-		f.writer.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatal("the first update never took the writer's turn")
-		}
-	}
+	waitWriterTurn(t, f)
 	waitQueue(0)
 	var wg sync.WaitGroup
 	results := make([]error, 6)
@@ -211,9 +199,7 @@ func TestUpdateGroupCommit(t *testing.T) {
 		}()
 		waitQueue(i + 1)
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if err := <-errs; err != nil {
 		t.Fatalf("the first update: %v", err)
 	}
@@ -241,33 +227,19 @@ func TestUpdateGroupCommit(t *testing.T) {
 // changes of the others.
 func TestUpdateGroupOutlivesCancel(t *testing.T) {
 	f := open(t, t.TempDir())
-	lock, err := modelock.OpenFile(f.lock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if ok, err := modelock.Try(lock, modelock.Exclusive); !ok || err != nil {
-		t.Fatalf("lock: %v, %v", ok, err)
-	}
+	release := holdFileLock(t, f)
 	ctx, cancel := context.WithCancel(t.Context())
 	errs := make(chan error, 2)
 	go func() {
 		errs <- f.Update(ctx, func(cs Claims) error { cs["a"] = Claim{UID: "a"}; return nil })
 	}()
-	for deadline := time.Now().Add(10 * time.Second); f.writer.TryLock(); time.Sleep(time.Millisecond) {
-		f.writer.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatal("the update never took the writer's turn")
-		}
-	}
+	waitWriterTurn(t, f)
 	go func() {
 		errs <- f.Update(t.Context(), func(cs Claims) error { cs["b"] = Claim{UID: "b"}; return nil })
 	}()
 	cancel()
 	time.Sleep(20 * time.Millisecond) // the writer sees its call cancelled while it waits
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatalf("an update failed: %v", err)
@@ -307,4 +279,34 @@ func TestLockClaims(t *testing.T) {
 		t.Fatalf("after unlock: %v", err)
 	}
 	again()
+}
+
+// holdFileLock takes the records' file lock, as the other pod of a
+// rolling update would, and returns the function that releases it.
+func holdFileLock(t *testing.T, f *File) (release func()) {
+	t.Helper()
+	lock, err := modelock.OpenFile(f.lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+	if ok, err := modelock.Try(lock, modelock.Exclusive); !ok || err != nil {
+		t.Fatalf("lock: %v, %v", ok, err)
+	}
+	return func() {
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitWriterTurn waits until an Update holds the writer's turn.
+func waitWriterTurn(t *testing.T, f *File) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); f.writer.TryLock(); time.Sleep(time.Millisecond) {
+		f.writer.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("no update took the writer's turn")
+		}
+	}
 }

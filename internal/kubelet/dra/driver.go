@@ -203,24 +203,24 @@ func (d *driver) noteRegistration(ctx context.Context, req any, _ *grpc.UnarySer
 // claimUIDs are the claim UIDs of a prepare or unprepare call, of either
 // version of the kubelet's DRA API; none for any other call.
 func claimUIDs(req any) []string {
-	var out []string
 	switch r := req.(type) {
 	case *drapb.NodePrepareResourcesRequest:
-		for _, c := range r.Claims {
-			out = append(out, c.Uid)
-		}
+		return uidsOf(r.Claims)
 	case *drapb.NodeUnprepareResourcesRequest:
-		for _, c := range r.Claims {
-			out = append(out, c.Uid)
-		}
+		return uidsOf(r.Claims)
 	case *drapbv1beta1.NodePrepareResourcesRequest:
-		for _, c := range r.Claims {
-			out = append(out, c.Uid)
-		}
+		return uidsOf(r.Claims)
 	case *drapbv1beta1.NodeUnprepareResourcesRequest:
-		for _, c := range r.Claims {
-			out = append(out, c.Uid)
-		}
+		return uidsOf(r.Claims)
+	}
+	return nil
+}
+
+// uidsOf are the UIDs of the claims of a request.
+func uidsOf[C interface{ GetUid() string }](claims []C) []string {
+	out := make([]string, 0, len(claims))
+	for _, c := range claims {
+		out = append(out, c.GetUid())
 	}
 	return out
 }
