@@ -312,6 +312,26 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("a surge without --pod-uid: %+v", ru)
 		}
 	})
+	t.Run("no prepare ahead", func(t *testing.T) {
+		for _, tc := range []struct {
+			values []string
+			arg    string
+			verbs  []string
+		}{
+			{nil, "--prepare-ahead=true", []string{"get", "list", "watch"}},
+			{[]string{"dra.prepareAhead=false"}, "--prepare-ahead=false", []string{"get"}},
+		} {
+			objs := rendering(t, tc.values...)
+			if args := container(t, objs).Args; !slices.Contains(args, tc.arg) {
+				t.Errorf("%v: args %q, want %s", tc.values, args, tc.arg)
+			}
+			for _, r := range find[*rbacv1.ClusterRole](t, objs).Rules {
+				if slices.Equal(r.Resources, []string{"resourceclaims"}) && !slices.Equal(r.Verbs, tc.verbs) {
+					t.Errorf("%v: resourceclaims %q, want %q", tc.values, r.Verbs, tc.verbs)
+				}
+			}
+		}
+	})
 	t.Run("host paths and suffix", func(t *testing.T) {
 		objs := rendering(t, "hostPaths.kubeletDir=/var/lib/k0s/kubelet", "driverSuffix=example.com", "types.tty.extendedResourceName=")
 		c := container(t, objs)
@@ -398,6 +418,7 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"types.tty.config.type=serial"}, "types.tty.config.type"},
 		{[]string{"logging.format=xml"}, "/logging/format"},
 		{[]string{"dra.taintEffect=Evict"}, "/dra/taintEffect"},
+		{[]string{"dra.prepareAhead=yes"}, "/dra/prepareAhead"},
 		{[]string{"metrics.port=0"}, "/metrics/port"},
 		{[]string{"hostPaths.kubeletDir=var/lib/kubelet"}, "/hostPaths/kubeletDir"},
 		{[]string{"loging.format=json"}, "loging"},

@@ -188,7 +188,8 @@ func TestDRADeployment(t *testing.T) {
 		"[resource.k8s.io] [resourceslices] [list watch create update delete]",
 		"[resource.k8s.io] [resourceclaims/status] [patch]",
 		"[resource.k8s.io] [resourceclaims/driver] [associated-node:patch associated-node:update]",
-		"[resource.k8s.io] [resourceclaims] [get]",
+		// list and watch: claims are prepared ahead (dra.prepareAhead).
+		"[resource.k8s.io] [resourceclaims] [get list watch]",
 		"[] [nodes] [get]",
 		"[events.k8s.io] [events] [create patch]",
 	}

@@ -79,6 +79,12 @@ type driver struct {
 	unnamed   map[string]bool      // keys already warned about
 	preparing map[string]bool      // claim UIDs whose prepare runs (pin)
 	missing   map[string]time.Time // claim UID → first scan that found it gone
+	// ahead are the claims prepared ahead that the kubelet has not asked
+	// for yet, by UID; unprepared the UIDs the kubelet unprepared, not to
+	// be prepared ahead again, while aheadOn (ahead.go).
+	ahead      map[string]aheadClaim
+	unprepared map[string]bool
+	aheadOn    bool
 	// known are the devices ever offered, by name, as last offered
 	// untainted; unhealthy those of them now unusable or gone.
 	known     map[string]resourceapi.Device
@@ -115,6 +121,7 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 		regSock:   reg, draSock: dra,
 		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
 		unnamed: map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
+		ahead: map[string]aheadClaim{}, unprepared: map[string]bool{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
 	}, nil
 }

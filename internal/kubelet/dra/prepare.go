@@ -159,6 +159,12 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 	if err := sameDevices(before, keys, adminKeys); err != nil {
 		return nil, err
 	}
+	// The kubelet's prepare of a claim prepared ahead (ahead.go) answers
+	// what that prepare did, without a second ADD; the claim is the
+	// kubelet's from then on. For a prepare ahead there is none.
+	if cdi, ok := d.takeAhead(uid, keys, adminKeys); ok && before.Prepared {
+		return cdi, nil
+	}
 	d.mu.Lock()
 	d.preparing[uid] = true
 	d.mu.Unlock()
@@ -283,6 +289,7 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	var held bool
 	err := checkUID(string(c.UID))
 	if err == nil {
+		d.unpreparedByKubelet(string(c.UID))
 		held, err = d.release(ctx, string(c.UID))
 	}
 	d.metrics.Unprepared(d.name, err, time.Since(start))
@@ -314,8 +321,9 @@ func checkUID(uid string) error {
 // claim's record says it holds nothing there (admin access only), removes
 // the driver's own spec of its admin-access devices, then drops the
 // claim's record. When that fails, the record stays, so that a retry or
-// the stale-claim collector tries again. held reports whether any plugin
-// held something under uid.
+// the stale-claim collector tries again. A claim freed is no longer
+// prepared ahead. held reports whether any plugin held something under
+// uid.
 func (d *driver) release(ctx context.Context, uid string) (held bool, err error) {
 	claims, err := d.state.Read(ctx)
 	if err != nil {
@@ -333,8 +341,14 @@ func (d *driver) release(ctx context.Context, uid string) (held bool, err error)
 	if err := errors.Join(errs...); err != nil {
 		return held, err
 	}
-	return held, d.state.Update(ctx, func(cs claimstate.Claims) error {
+	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
 		delete(cs, uid)
 		return nil
 	})
+	if err == nil {
+		d.mu.Lock()
+		delete(d.ahead, uid)
+		d.mu.Unlock()
+	}
+	return held, err
 }

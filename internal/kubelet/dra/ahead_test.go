@@ -1,0 +1,232 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+)
+
+// addCounter counts the plugins' ADD runs.
+type addCounter struct{ n atomic.Int64 }
+
+func (c *addCounter) ObservePluginRun(_, command string, _ int, _ time.Duration) {
+	if command == "ADD" {
+		c.n.Add(1)
+	}
+}
+
+// aheadNode is a tty node whose plugin prepares ahead, with its ADDs
+// counted.
+func aheadNode(t *testing.T) (*node, *instance, *addCounter) {
+	n := ttyNode(t)
+	opt := n.options()
+	opt.PrepareAhead = true
+	adds := &addCounter{}
+	opt.Caller.Observer = adds
+	return n, n.start(opt), adds
+}
+
+// reserve reserves an allocated claim for a pod, as the scheduler does
+// before it binds the pod, and returns the claim as the API server has it.
+func (n *node) reserve(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	n.t.Helper()
+	c = c.DeepCopy()
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod-" + c.Name, UID: types.UID("pod-" + c.UID)}}
+	return n.updateStatus(c)
+}
+
+// updateStatus writes a claim's status.
+func (n *node) updateStatus(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	n.t.Helper()
+	c, err := n.client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return c
+}
+
+// waitHolder waits until the tty plugin's DEVICES says who holds key, ""
+// for free, and the claim's record is there when the claim holds it and
+// gone when it is free.
+func (n *node) waitHolder(c *resourceapi.ResourceClaim, key, want string) {
+	n.t.Helper()
+	n.eventually(fmt.Sprintf("%s held by %q", key, want), func() error {
+		if got := n.holders("tty")[key]; got != want {
+			return fmt.Errorf("held by %q", got)
+		}
+		rec, ok := n.records(ttyDriver)[string(c.UID)]
+		if ok != (want != "") || (ok && !rec.Prepared) {
+			return fmt.Errorf("record %+v", rec)
+		}
+		return nil
+	})
+}
+
+// indexerOf is an informer's store holding claims.
+func indexerOf(t *testing.T, claims ...*resourceapi.ResourceClaim) cache.Indexer {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, c := range claims {
+		if err := idx.Add(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return idx
+}
+
+// A claim reserved for a pod is prepared as soon as the informer shows
+// it, and the kubelet's prepare answers the same, without a second ADD.
+// Once the kubelet has unprepared it, it is not prepared ahead again,
+// although its allocation stays until its pod is gone.
+func TestPrepareAhead(t *testing.T) {
+	n, in, adds := aheadNode(t)
+	c := n.claim("c0", uid(1), ttyDriver, "tty13")
+	key := c.Namespace + "/" + c.Name
+	d := in.driver(ttyDriver)
+	d.syncAhead(context.Background(), indexerOf(t, c), key)
+	if got := n.holders("tty")["tty13"]; got != "" || adds.n.Load() != 0 {
+		t.Fatalf("a claim reserved for no pod was prepared ahead: tty13 held by %q, %d ADDs", got, adds.n.Load())
+	}
+
+	c = n.reserve(c)
+	n.waitHolder(c, "tty13", string(c.UID))
+	if got := adds.n.Load(); got != 1 {
+		t.Fatalf("%d ADDs prepared the claim ahead, want 1", got)
+	}
+	n.checkPrepared(c, n.prepare(ttyDriver, c), "tty13")
+	if got := adds.n.Load(); got != 1 {
+		t.Fatalf("%d ADDs after the kubelet's prepare, want the 1 ahead", got)
+	}
+	if resp := n.unprepare(ttyDriver, c); resp.Error != "" {
+		t.Fatalf("unprepare: %s", resp.Error)
+	}
+	n.waitHolder(c, "tty13", "")
+
+	// Still allocated and reserved (the pod is ending): a change of the
+	// claim does not prepare it again.
+	c.Annotations = map[string]string{"touched": "1"}
+	c = n.updateStatus(c)
+	d.syncAhead(context.Background(), indexerOf(t, c), key)
+	if got := n.holders("tty")["tty13"]; got != "" || adds.n.Load() != 1 {
+		t.Fatalf("an unprepared claim was prepared ahead again: tty13 held by %q, %d ADDs", got, adds.n.Load())
+	}
+	n.deleteClaim(c)
+	n.eventually("the deleted claim forgotten", func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(d.unprepared) != 0 || len(d.ahead) != 0 {
+			return fmt.Errorf("unprepared %v, ahead %v", d.unprepared, d.ahead)
+		}
+		return nil
+	})
+}
+
+// A claim prepared ahead whose allocation goes, or which is deleted,
+// before the kubelet asks for it is freed at once: the scheduler may give
+// its devices to another claim.
+func TestPrepareAheadFreesUnasked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		undo func(n *node, c *resourceapi.ResourceClaim)
+	}{
+		{"deallocated", func(n *node, c *resourceapi.ResourceClaim) {
+			c = c.DeepCopy()
+			c.Status = resourceapi.ResourceClaimStatus{}
+			n.updateStatus(c)
+		}},
+		{"deleted", func(n *node, c *resourceapi.ResourceClaim) { n.deleteClaim(c) }},
+		{"allocated elsewhere", func(n *node, c *resourceapi.ResourceClaim) {
+			c = c.DeepCopy()
+			c.Status.Allocation.Devices.Results[0].Pool = "node-2"
+			n.updateStatus(c)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, in, adds := aheadNode(t)
+			c := n.reserve(n.claim("c0", uid(1), ttyDriver, "tty14"))
+			n.waitHolder(c, "tty14", string(c.UID))
+			tc.undo(n, c)
+			n.waitHolder(c, "tty14", "")
+			d := in.driver(ttyDriver)
+			n.eventually("nothing held ahead", func() error {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				if len(d.ahead) != 0 {
+					return fmt.Errorf("held ahead: %v", d.ahead)
+				}
+				return nil
+			})
+			if got := adds.n.Load(); got != 1 {
+				t.Fatalf("%d ADDs, want 1", got)
+			}
+		})
+	}
+}
+
+// Claims the kubelet asks for while they are being prepared ahead are
+// each prepared once, with one ADD, whichever comes first; all are freed
+// by the kubelet's unprepares, and nothing stays prepared ahead.
+func TestPrepareAheadBesideTheKubelet(t *testing.T) {
+	n, in, adds := aheadNode(t)
+	keys := ttys(13, 18)
+	claims := make([]*resourceapi.ResourceClaim, len(keys))
+	for i, k := range keys {
+		claims[i] = n.reserve(n.claim(fmt.Sprint("c", i), uid(100+i), ttyDriver, k))
+	}
+	answers := make([]*drapb.NodePrepareResourceResponse, len(claims))
+	errs := make([]error, len(claims))
+	var wg sync.WaitGroup
+	for i, c := range claims {
+		wg.Go(func() {
+			resp, err := in.dra(ttyDriver).NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{
+				Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}},
+			})
+			if err == nil {
+				answers[i] = resp.Claims[string(c.UID)]
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, c := range claims {
+		if errs[i] != nil {
+			t.Fatalf("NodePrepareResources of %s: %v", c.Name, errs[i])
+		}
+		n.checkPrepared(c, answers[i], keys[i])
+	}
+	for _, c := range claims {
+		if resp := n.unprepare(ttyDriver, c); resp.Error != "" {
+			t.Fatalf("unprepare of %s: %s", c.Name, resp.Error)
+		}
+	}
+	// A prepare ahead that comes after the kubelet's unprepare leaves the
+	// claim as it is.
+	d := in.driver(ttyDriver)
+	for _, c := range claims {
+		d.syncAhead(context.Background(), indexerOf(t, c), c.Namespace+"/"+c.Name)
+	}
+	for k, h := range n.holders("tty") {
+		if h != "" {
+			t.Errorf("%s still held by %s", k, h)
+		}
+	}
+	if r := n.records(ttyDriver); len(r) != 0 {
+		t.Errorf("records left: %v", r)
+	}
+	if got := adds.n.Load(); got != int64(len(claims)) {
+		t.Errorf("%d ADDs for %d claims, want one each", got, len(claims))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.ahead) != 0 {
+		t.Errorf("claims left prepared ahead: %v", d.ahead)
+	}
+}
