@@ -3,10 +3,12 @@ package dra
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -192,17 +194,16 @@ func (d *driver) prepareAhead(ctx context.Context, claim *resourceapi.ResourceCl
 	if checkUID(uid) != nil {
 		return // the kubelet's prepare refuses it, and says why
 	}
+	if d.skipAhead(uid) { // most changes of a claim are of one prepared ahead: no lock for them
+		return
+	}
 	unlock, err := d.state.LockClaims(ctx, []string{uid})
 	if err != nil {
 		log.Warn("prepare ahead: cannot lock the claim; the kubelet's prepare will", "err", err)
 		return
 	}
 	defer unlock()
-	d.mu.Lock()
-	_, held := d.ahead[uid]
-	skip := held || d.unprepared[uid]
-	d.mu.Unlock()
-	if skip {
+	if d.skipAhead(uid) {
 		return
 	}
 	records, err := d.state.Read(ctx)
@@ -227,6 +228,18 @@ func (d *driver) prepareAhead(ctx context.Context, claim *resourceapi.ResourceCl
 	d.ahead[uid] = aheadClaim{key: claim.Namespace + "/" + claim.Name, keys: keys, adminKeys: adminKeys, cdi: cdi}
 	d.mu.Unlock()
 	log.Info("prepared ahead", "devices", keys, "adminDevices", adminKeys, "took", time.Since(start).Round(time.Millisecond))
+	if d.status != nil { // now, not in the kubelet's prepare: fewer writes while pods start
+		d.status.set(claimStatus{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: d.deviceStatuses(results, d.deviceInfos(results))})
+	}
+}
+
+// skipAhead says whether a claim is not to be prepared ahead: it is
+// already, or the kubelet has unprepared it.
+func (d *driver) skipAhead(uid string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, held := d.ahead[uid]
+	return held || d.unprepared[uid]
 }
 
 // dropAhead frees a claim prepared ahead that the kubelet never asked for
@@ -250,26 +263,29 @@ func (d *driver) dropAhead(ctx context.Context, key, uid string) {
 		log.Error("a claim prepared ahead is no longer allocated here: freeing it failed; the stale-claim collector tries again", "err", err)
 		return
 	}
-	d.mu.Lock()
-	delete(d.ahead, uid)
-	d.mu.Unlock()
 	log.Info("prepared ahead, freed unasked: the claim is no longer allocated here", "devices", a.keys, "held", held)
+	if d.status != nil {
+		ns, name, _ := strings.Cut(key, "/")
+		d.status.set(claimStatus{namespace: ns, name: name, uid: types.UID(uid)})
+	}
 }
 
 // takeAhead hands the kubelet's prepare what the claim's prepare ahead
-// answered, when it prepared the claim for the same devices: ok is false
-// when there is none. The claim is the kubelet's from then on.
-func (d *driver) takeAhead(uid string, keys, adminKeys []string) (cdi map[string][]string, ok bool) {
+// answered, when it prepared the claim for the same devices and the
+// claim is still recorded so: ok is false when there is none. The claim
+// is the kubelet's from then on.
+func (d *driver) takeAhead(ctx context.Context, uid string, keys, adminKeys []string) (cdi map[string][]string, ok bool) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	delete(d.unprepared, uid)
 	a, ok := d.ahead[uid]
-	if !ok {
+	delete(d.ahead, uid)
+	d.mu.Unlock()
+	if !ok || !slices.Equal(a.keys, keys) || !slices.Equal(a.adminKeys, adminKeys) {
 		return nil, false
 	}
-	delete(d.ahead, uid)
-	if !slices.Equal(a.keys, keys) || !slices.Equal(a.adminKeys, adminKeys) {
-		return nil, false
+	records, err := d.state.Read(ctx)
+	if rec := records[uid]; err != nil || !rec.Prepared || sameDevices(rec, keys, adminKeys) != nil {
+		return nil, false // freed meanwhile (the other pod of a rolling update): prepared anew
 	}
 	return a.cdi, true
 }

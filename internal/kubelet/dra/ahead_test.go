@@ -30,6 +30,7 @@ func aheadNode(t *testing.T) (*node, *instance, *addCounter) {
 	n := ttyNode(t)
 	opt := n.options()
 	opt.PrepareAhead = true
+	opt.ClaimStatus = true
 	adds := &addCounter{}
 	opt.Caller.Observer = adds
 	return n, n.start(opt), adds
@@ -101,6 +102,12 @@ func TestPrepareAhead(t *testing.T) {
 	if got := adds.n.Load(); got != 1 {
 		t.Fatalf("%d ADDs prepared the claim ahead, want 1", got)
 	}
+	n.eventually("the device status written ahead", func() error {
+		if got := n.claimDevices(c); len(got) != 1 || got[0].Device != "tty13" || got[0].Conditions[0].Type != ConditionReady {
+			return fmt.Errorf("status.devices %+v", got)
+		}
+		return nil
+	})
 	n.checkPrepared(c, n.prepare(ttyDriver, c), "tty13")
 	if got := adds.n.Load(); got != 1 {
 		t.Fatalf("%d ADDs after the kubelet's prepare, want the 1 ahead", got)
@@ -112,6 +119,10 @@ func TestPrepareAhead(t *testing.T) {
 
 	// Still allocated and reserved (the pod is ending): a change of the
 	// claim does not prepare it again.
+	c, err := n.client.ResourceV1().ResourceClaims(c.Namespace).Get(context.Background(), c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.Annotations = map[string]string{"touched": "1"}
 	c = n.updateStatus(c)
 	d.syncAhead(context.Background(), indexerOf(t, c), key)

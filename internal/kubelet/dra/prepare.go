@@ -56,8 +56,11 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	keys, adminKeys := splitKeys(results)
 	var cdi map[string][]string
+	ahead := false // prepared ahead (ahead.go): no second ADD, its status written then
 	if err == nil {
-		cdi, err = d.pin(ctx, claim, results)
+		if cdi, ahead = d.takeAhead(ctx, string(claim.UID), keys, adminKeys); !ahead {
+			cdi, err = d.pin(ctx, claim, results)
+		}
 	}
 	d.metrics.Prepared(d.name, err, time.Since(start))
 	took := time.Since(start).Round(time.Millisecond)
@@ -78,7 +81,7 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 		res.Devices = append(res.Devices, dev)
 	}
-	if d.status != nil {
+	if d.status != nil && !ahead {
 		d.status.set(claimStatus{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: d.deviceStatuses(results, infos)})
 	}
 	return res
@@ -158,12 +161,6 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 	before := claims[uid]
 	if err := sameDevices(before, keys, adminKeys); err != nil {
 		return nil, err
-	}
-	// The kubelet's prepare of a claim prepared ahead (ahead.go) answers
-	// what that prepare did, without a second ADD; the claim is the
-	// kubelet's from then on. For a prepare ahead there is none.
-	if cdi, ok := d.takeAhead(uid, keys, adminKeys); ok && before.Prepared {
-		return cdi, nil
 	}
 	d.mu.Lock()
 	d.preparing[uid] = true
