@@ -3,16 +3,17 @@ package dra
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
+	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
 )
 
 // A claim is prepared ahead: when the scheduler has allocated it devices
@@ -28,6 +29,13 @@ const (
 	aheadWorkers = 4
 	// aheadTimeout bounds one prepare ahead or its undoing.
 	aheadTimeout = time.Minute
+	// aheadKeep is how long a claim prepared ahead waits for the kubelet's
+	// prepare to be freed at once when its allocation goes. Past it, the
+	// claim is an ordinary recorded one, the stale-claim collector's: the
+	// kubelet asks within a second of binding the pod, and a claim held
+	// longer may be one the kubelet prepared through the other pod of a
+	// rolling update.
+	aheadKeep = time.Minute
 )
 
 // aheadClaim is a claim prepared ahead that the kubelet has not asked for
@@ -36,6 +44,7 @@ type aheadClaim struct {
 	key             string // namespace/name
 	keys, adminKeys []string
 	cdi             map[string][]string // each key's CDI device ids
+	since           time.Time           // when it was prepared
 }
 
 // claimInformer watches every ResourceClaim of the cluster, without
@@ -57,18 +66,21 @@ func claimInformer(client kubernetes.Interface) cache.SharedIndexInformer {
 // before the kubelet asked, until ctx ends.
 func (d *driver) watchClaims(ctx context.Context, inf cache.SharedIndexInformer) {
 	queue := workqueue.NewTyped[string]()
+	d.mu.Lock()
+	d.claims = inf.GetIndexer()
+	d.mu.Unlock()
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { d.claimChanged(queue, obj) },
 		UpdateFunc: func(_, obj any) { d.claimChanged(queue, obj) },
 		DeleteFunc: func(obj any) { d.claimDeleted(queue, obj) },
 	})
 	if err != nil {
+		d.mu.Lock()
+		d.claims = nil
+		d.mu.Unlock()
 		d.log.Error("cannot watch ResourceClaims: claims are prepared when the kubelet asks", "err", err)
 		return
 	}
-	d.mu.Lock()
-	d.aheadOn = true
-	d.mu.Unlock()
 	done := make(chan struct{})
 	for range aheadWorkers {
 		go func() {
@@ -78,7 +90,9 @@ func (d *driver) watchClaims(ctx context.Context, inf cache.SharedIndexInformer)
 				if shutdown {
 					return
 				}
-				d.syncAhead(ctx, inf.GetIndexer(), key)
+				if ctx.Err() == nil { // stopping: what is queued is left
+					d.syncAhead(ctx, inf.GetIndexer(), key)
+				}
 				queue.Done(key)
 			}
 		}()
@@ -148,31 +162,54 @@ func (d *driver) heldAhead(key string) bool {
 }
 
 // syncAhead brings one claim's preparation ahead in line with the claim
-// as the informer has it: a wanted claim is prepared, then claims
-// prepared ahead under that name that are no longer wanted (deleted,
-// deallocated, replaced by a claim with another UID) are freed. The
-// claim is read again for the second step: a change that came while the
-// prepare ran found nothing held ahead yet (claimChanged), and is seen
+// as the informer has it: claims prepared ahead under its name that it no
+// longer matches are freed, then a wanted claim is prepared, then the
+// claim is read again and compared once more: a change that came while
+// the prepare ran found nothing held ahead yet (claimChanged), and is seen
 // only here.
 func (d *driver) syncAhead(ctx context.Context, claims cache.Indexer, key string) {
 	ctx, cancel := context.WithTimeout(ctx, aheadTimeout)
 	defer cancel()
 	current := func() *resourceapi.ResourceClaim {
 		if obj, ok, _ := claims.GetByKey(key); ok {
-			if c, ok := obj.(*resourceapi.ResourceClaim); ok && d.wantAhead(c) {
-				return c
-			}
+			c, _ := obj.(*resourceapi.ResourceClaim)
+			return c
 		}
 		return nil
 	}
-	if claim := current(); claim != nil {
-		d.prepareAhead(ctx, claim)
-	}
 	claim := current()
+	d.dropUnmatched(ctx, key, claim)
+	if claim != nil && d.wantAhead(claim) {
+		d.prepareAhead(ctx, claim)
+		d.dropUnmatched(ctx, key, current())
+	}
+}
+
+// dropUnmatched frees the claims prepared ahead under key that claim (nil:
+// gone) no longer matches: it is gone, has another UID, or is allocated
+// other devices of this driver on this node, or none (deallocated, or
+// allocated elsewhere). A claim being deleted, or no longer reserved,
+// still matches: its pod may run yet, and the kubelet unprepares it.
+// Claims prepared ahead longer than aheadKeep ago are forgotten instead,
+// and left to the stale-claim collector.
+func (d *driver) dropUnmatched(ctx context.Context, key string, claim *resourceapi.ResourceClaim) {
+	var keys, adminKeys []string
+	if claim != nil {
+		if results, err := d.allocated(claim); err == nil {
+			keys, adminKeys = splitKeys(results)
+		}
+	}
 	d.mu.Lock()
 	var drop []string
 	for uid, a := range d.ahead {
-		if a.key == key && (claim == nil || uid != string(claim.UID)) {
+		if a.key != key {
+			continue
+		}
+		switch {
+		case time.Since(a.since) > aheadKeep:
+			delete(d.ahead, uid)
+		case claim == nil || uid != string(claim.UID) || len(keys)+len(adminKeys) == 0 ||
+			!slices.Equal(a.keys, keys) || !slices.Equal(a.adminKeys, adminKeys):
 			drop = append(drop, uid)
 		}
 	}
@@ -219,14 +256,29 @@ func (d *driver) prepareAhead(ctx context.Context, claim *resourceapi.ResourceCl
 		return // the kubelet's prepare says why, or has nothing to do
 	}
 	keys, adminKeys := splitKeys(results)
-	cdi, err := d.pin(ctx, claim, results)
+	// Recorded before the ADD: the kubelet has not checkpointed this
+	// claim, so if the ADD is cut short (a stop, a crash) and its pod goes
+	// before the kubelet asks, only the record tells the stale-claim
+	// collector that the plugins may hold devices under its UID.
+	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
+		if _, ok := cs[uid]; !ok {
+			cs[uid] = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, AdminKeys: adminKeys, Since: time.Now().UTC()}
+		}
+		return nil
+	})
+	var cdi map[string][]string
+	if err == nil {
+		cdi, err = d.pin(ctx, claim, results)
+	}
 	if err != nil {
+		d.metrics.PreparedAhead(d.name, metrics.AheadFailed)
 		log.Warn("prepare ahead failed: the kubelet's prepare tries again", "devices", keys, "adminDevices", adminKeys, "err", err)
 		return
 	}
 	d.mu.Lock()
-	d.ahead[uid] = aheadClaim{key: claim.Namespace + "/" + claim.Name, keys: keys, adminKeys: adminKeys, cdi: cdi}
+	d.ahead[uid] = aheadClaim{key: claim.Namespace + "/" + claim.Name, keys: keys, adminKeys: adminKeys, cdi: cdi, since: time.Now()}
 	d.mu.Unlock()
+	d.metrics.PreparedAhead(d.name, metrics.AheadPrepared)
 	log.Info("prepared ahead", "devices", keys, "adminDevices", adminKeys, "took", time.Since(start).Round(time.Millisecond))
 	if d.status != nil { // now, not in the kubelet's prepare: fewer writes while pods start
 		d.status.set(claimStatus{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: d.deviceStatuses(results, d.deviceInfos(results))})
@@ -263,11 +315,8 @@ func (d *driver) dropAhead(ctx context.Context, key, uid string) {
 		log.Error("a claim prepared ahead is no longer allocated here: freeing it failed; the stale-claim collector tries again", "err", err)
 		return
 	}
-	log.Info("prepared ahead, freed unasked: the claim is no longer allocated here", "devices", a.keys, "held", held)
-	if d.status != nil {
-		ns, name, _ := strings.Cut(key, "/")
-		d.status.set(claimStatus{namespace: ns, name: name, uid: types.UID(uid)})
-	}
+	d.metrics.PreparedAhead(d.name, metrics.AheadFreed)
+	log.Info("prepared ahead, freed unasked: the claim is no longer allocated these devices here", "devices", a.keys, "held", held)
 }
 
 // takeAhead hands the kubelet's prepare what the claim's prepare ahead
@@ -287,17 +336,24 @@ func (d *driver) takeAhead(ctx context.Context, uid string, keys, adminKeys []st
 	if rec := records[uid]; err != nil || !rec.Prepared || sameDevices(rec, keys, adminKeys) != nil {
 		return nil, false // freed meanwhile (the other pod of a rolling update): prepared anew
 	}
+	d.metrics.PreparedAhead(d.name, metrics.AheadUsed)
 	return a.cdi, true
 }
 
 // unpreparedByKubelet notes that the kubelet unprepared a claim: it is
 // not prepared ahead again while the claim exists (its allocation stays
-// until the claim's pods are gone).
-func (d *driver) unpreparedByKubelet(uid string) {
+// until the claim's pods are gone). Only a claim the informer holds is
+// noted, so that its deletion forgets it.
+func (d *driver) unpreparedByKubelet(namespace, name, uid string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.ahead, uid)
-	if d.aheadOn {
-		d.unprepared[uid] = true
+	if d.claims == nil {
+		return
+	}
+	if obj, ok, _ := d.claims.GetByKey(namespace + "/" + name); ok {
+		if c, _ := obj.(*resourceapi.ResourceClaim); c != nil && string(c.UID) == uid {
+			d.unprepared[uid] = true
+		}
 	}
 }

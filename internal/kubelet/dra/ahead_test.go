@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
 // addCounter counts the plugins' ADD runs.
@@ -112,6 +114,12 @@ func TestPrepareAhead(t *testing.T) {
 	if got := adds.n.Load(); got != 1 {
 		t.Fatalf("%d ADDs after the kubelet's prepare, want the 1 ahead", got)
 	}
+	reg := in.plugin.opt.Metrics.Registry()
+	for event, want := range map[string]float64{"prepared": 1, "used": 1, "failed": 0, "freed": 0} {
+		if got := kubelettest.Metric(t, reg, "cdi_exec_prepare_ahead_total", "driver", ttyDriver, "event", event); got != want {
+			t.Errorf("cdi_exec_prepare_ahead_total{event=%q} %v, want %v", event, got, want)
+		}
+	}
 	if resp := n.unprepare(ttyDriver, c); resp.Error != "" {
 		t.Fatalf("unprepare: %s", resp.Error)
 	}
@@ -142,21 +150,29 @@ func TestPrepareAhead(t *testing.T) {
 
 // A claim prepared ahead whose allocation goes, or which is deleted,
 // before the kubelet asks for it is freed at once: the scheduler may give
-// its devices to another claim.
+// its devices to another claim. One allocated another device meanwhile
+// (deallocated and allocated again before a worker saw it in between) is
+// prepared anew, for that device.
 func TestPrepareAheadFreesUnasked(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		undo func(n *node, c *resourceapi.ResourceClaim)
+		name  string
+		undo  func(n *node, c *resourceapi.ResourceClaim)
+		again string // the device the claim is prepared ahead for again
 	}{
-		{"deallocated", func(n *node, c *resourceapi.ResourceClaim) {
+		{name: "deallocated", undo: func(n *node, c *resourceapi.ResourceClaim) {
 			c = c.DeepCopy()
 			c.Status = resourceapi.ResourceClaimStatus{}
 			n.updateStatus(c)
 		}},
-		{"deleted", func(n *node, c *resourceapi.ResourceClaim) { n.deleteClaim(c) }},
-		{"allocated elsewhere", func(n *node, c *resourceapi.ResourceClaim) {
+		{name: "deleted", undo: func(n *node, c *resourceapi.ResourceClaim) { n.deleteClaim(c) }},
+		{name: "allocated elsewhere", undo: func(n *node, c *resourceapi.ResourceClaim) {
 			c = c.DeepCopy()
 			c.Status.Allocation.Devices.Results[0].Pool = "node-2"
+			n.updateStatus(c)
+		}},
+		{name: "allocated another device", again: "tty15", undo: func(n *node, c *resourceapi.ResourceClaim) {
+			c = c.DeepCopy()
+			c.Status.Allocation.Devices.Results[0].Device = "tty15"
 			n.updateStatus(c)
 		}},
 	} {
@@ -165,18 +181,31 @@ func TestPrepareAheadFreesUnasked(t *testing.T) {
 			c := n.reserve(n.claim("c0", uid(1), ttyDriver, "tty14"))
 			n.waitHolder(c, "tty14", string(c.UID))
 			tc.undo(n, c)
-			n.waitHolder(c, "tty14", "")
 			d := in.driver(ttyDriver)
-			n.eventually("nothing held ahead", func() error {
+			wantAdds, wantAhead := int64(1), 0
+			if tc.again != "" {
+				n.waitHolder(c, tc.again, string(c.UID))
+				wantAdds, wantAhead = 2, 1
+			}
+			n.eventually("tty14 freed, and held ahead what should be", func() error {
+				if got := n.holders("tty")["tty14"]; got != "" {
+					return fmt.Errorf("tty14 held by %q", got)
+				}
 				d.mu.Lock()
 				defer d.mu.Unlock()
-				if len(d.ahead) != 0 {
+				if len(d.ahead) != wantAhead {
 					return fmt.Errorf("held ahead: %v", d.ahead)
 				}
 				return nil
 			})
-			if got := adds.n.Load(); got != 1 {
-				t.Fatalf("%d ADDs, want 1", got)
+			if tc.again == "" {
+				n.waitHolder(c, "tty14", "")
+			}
+			if got := adds.n.Load(); got != wantAdds {
+				t.Fatalf("%d ADDs, want %d", got, wantAdds)
+			}
+			if got := kubelettest.Metric(t, in.plugin.opt.Metrics.Registry(), "cdi_exec_prepare_ahead_total", "driver", ttyDriver, "event", "freed"); got != 1 {
+				t.Errorf("cdi_exec_prepare_ahead_total{event=\"freed\"} %v, want 1", got)
 			}
 		})
 	}
@@ -239,5 +268,71 @@ func TestPrepareAheadBesideTheKubelet(t *testing.T) {
 	defer d.mu.Unlock()
 	if len(d.ahead) != 0 {
 		t.Errorf("claims left prepared ahead: %v", d.ahead)
+	}
+}
+
+// A claim prepared ahead stays prepared while it is being deleted or is
+// no longer reserved (its pod may still run; the kubelet unprepares it),
+// and one prepared ahead longer than aheadKeep ago is left to the
+// stale-claim collector when its allocation goes.
+func TestPrepareAheadKeeps(t *testing.T) {
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name   string
+		change func(d *driver, c *resourceapi.ResourceClaim)
+	}{
+		{"being deleted", func(_ *driver, c *resourceapi.ResourceClaim) { c.DeletionTimestamp = &now }},
+		{"no longer reserved", func(_ *driver, c *resourceapi.ResourceClaim) { c.Status.ReservedFor = nil }},
+		{"deallocated past aheadKeep", func(d *driver, c *resourceapi.ResourceClaim) {
+			d.mu.Lock()
+			a := d.ahead[string(c.UID)]
+			a.since = a.since.Add(-aheadKeep - time.Second)
+			d.ahead[string(c.UID)] = a
+			d.mu.Unlock()
+			c.Status = resourceapi.ResourceClaimStatus{}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, in, _ := aheadNode(t)
+			c := n.reserve(n.claim("c0", uid(1), ttyDriver, "tty14"))
+			n.waitHolder(c, "tty14", string(c.UID))
+			d := in.driver(ttyDriver)
+			c = c.DeepCopy()
+			tc.change(d, c)
+			d.syncAhead(context.Background(), indexerOf(t, c), c.Namespace+"/"+c.Name)
+			if got := n.holders("tty")["tty14"]; got != string(c.UID) {
+				t.Fatalf("tty14 held by %q, want the claim still", got)
+			}
+			if rec := n.records(ttyDriver)[string(c.UID)]; !rec.Prepared {
+				t.Fatalf("record %+v, want it prepared", rec)
+			}
+		})
+	}
+}
+
+// A prepare ahead that fails (the device is another caller's) holds
+// nothing and records nothing; the kubelet's prepare reports the failure.
+func TestPrepareAheadFails(t *testing.T) {
+	n, in, _ := aheadNode(t)
+	if err := n.run("generic-tty", ttyConf, "CDI_COMMAND=ADD", "CDI_VERSION=0.0.2", "CDI_REQUEST=tty:1", "CDI_REQUEST_ID=other",
+		"CDI_REQUEST_DEVICES=tty16"); err != nil {
+		t.Fatal(err)
+	}
+	c := n.reserve(n.claim("c0", uid(1), ttyDriver, "tty16"))
+	reg := in.plugin.opt.Metrics.Registry()
+	n.eventually("the prepare ahead to fail", func() error {
+		if got := kubelettest.Metric(t, reg, "cdi_exec_prepare_ahead_total", "driver", ttyDriver, "event", "failed"); got != 1 {
+			return fmt.Errorf("%v failed", got)
+		}
+		return nil
+	})
+	if got := n.holders("tty")["tty16"]; got != "other" {
+		t.Fatalf("tty16 held by %q, want the other caller", got)
+	}
+	if r := n.records(ttyDriver); len(r) != 0 {
+		t.Fatalf("records left: %v", r)
+	}
+	if resp := n.prepare(ttyDriver, c); resp.Error == "" {
+		t.Fatal("the kubelet's prepare of a device held by another caller succeeded")
 	}
 }

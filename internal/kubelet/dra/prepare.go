@@ -29,6 +29,9 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
+// rollbackTimeout bounds taking back a claim whose prepare failed.
+const rollbackTimeout = 10 * time.Second
+
 // result is one device allocated to a claim from this driver's pool.
 type result struct {
 	resourceapi.DeviceRequestAllocationResult
@@ -182,7 +185,12 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 	}
 	if err != nil {
 		if !before.Prepared {
-			if _, uerr := d.release(ctx, uid); uerr != nil {
+			// Taken back even when the prepare's context ended (a kubelet
+			// that gave up, a driver that stops), within its own bound.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			_, uerr := d.release(rctx, uid)
+			cancel()
+			if uerr != nil {
 				err = fmt.Errorf("%w; taking it back failed too: %w", err, uerr)
 			}
 		}
@@ -286,7 +294,7 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	var held bool
 	err := checkUID(string(c.UID))
 	if err == nil {
-		d.unpreparedByKubelet(string(c.UID))
+		d.unpreparedByKubelet(c.Namespace, c.Name, string(c.UID))
 		held, err = d.release(ctx, string(c.UID))
 	}
 	d.metrics.Unprepared(d.name, err, time.Since(start))
