@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -334,5 +335,47 @@ func TestPrepareAheadFails(t *testing.T) {
 	}
 	if resp := n.prepare(ttyDriver, c); resp.Error == "" {
 		t.Fatal("the kubelet's prepare of a device held by another caller succeeded")
+	}
+}
+
+// BenchmarkClaimInformerMemory reports what the prepare-ahead informer's
+// store holds per ResourceClaim of the cluster (heap bytes after a GC),
+// for claims the shape the resourceclaim controller makes from a
+// template, allocated one device and reserved for their pod:
+//
+//	go test -run '^$' -bench ClaimInformerMemory -benchtime 1x ./internal/kubelet/dra
+func BenchmarkClaimInformerMemory(b *testing.B) {
+	const claims = 5000
+	client := fakeAPI()
+	for i := range claims {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "default", Name: fmt.Sprintf("pod-%05d-gpu-x7k2q", i), UID: types.UID(uid(i)),
+			Annotations: map[string]string{"resource.kubernetes.io/pod-claim-name": "gpu"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: fmt.Sprintf("pod-%05d", i),
+				UID: types.UID(uid(claims + i))}},
+			Finalizers: []string{"resource.kubernetes.io/delete-protection"},
+		}}
+		c.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuDriver, Count: 1}}}
+		c.Status.Allocation = &resourceapi.AllocationResult{}
+		c.Status.Allocation.Devices.Results = []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: gpuDriver, Pool: nodeName, Device: "pci-0000-10-00-0"}}
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: fmt.Sprintf("pod-%05d", i), UID: types.UID(uid(claims + i))}}
+		if _, err := client.ResourceV1().ResourceClaims("default").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ctx, cancel := context.WithCancel(context.Background())
+		inf := claimInformer(client)
+		go inf.RunWithContext(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) || len(inf.GetStore().List()) != claims {
+			b.Fatal("the informer did not sync")
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/claims, "bytes/claim")
+		cancel()
 	}
 }
