@@ -248,14 +248,25 @@ func (d *driver) prepareAhead(ctx context.Context, claim *resourceapi.ResourceCl
 		log.Warn("prepare ahead: cannot read the claim records; the kubelet's prepare will", "err", err)
 		return
 	}
-	if records[uid].Prepared {
-		return
-	}
 	results, err := d.allocated(claim)
 	if err != nil || len(results) == 0 {
 		return // the kubelet's prepare says why, or has nothing to do
 	}
 	keys, adminKeys := splitKeys(results)
+	if rec, ok := records[uid]; ok {
+		if sameDevices(rec, keys, adminKeys) == nil {
+			return // prepared, or being prepared, already
+		}
+		// Recorded for other devices: the claim was deallocated since (so
+		// its pods are gone) and allocated anew here, and what the record
+		// holds was prepared ahead (by the other pod of a rolling update,
+		// or before a restart) for an allocation no longer there.
+		if _, err := d.release(ctx, uid); err != nil {
+			log.Warn("prepare ahead: the claim was allocated anew; freeing its old devices failed", "old", rec.Keys, "err", err)
+			return
+		}
+		log.Info("prepare ahead: the claim was allocated anew; its old devices freed", "old", rec.Keys, "devices", keys)
+	}
 	// Recorded before the ADD: the kubelet has not checkpointed this
 	// claim, so if the ADD is cut short (a stop, a crash) and its pod goes
 	// before the kubelet asks, only the record tells the stale-claim

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -377,5 +378,32 @@ func BenchmarkClaimInformerMemory(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/claims, "bytes/claim")
 		cancel()
+	}
+}
+
+// A claim recorded for other devices than it is allocated now, prepared
+// ahead by another process (the other pod of a rolling update, or before
+// a restart), was deallocated since: its old devices are freed and the
+// new ones prepared, so that the kubelet's prepare finds them.
+func TestPrepareAheadAllocatedAnew(t *testing.T) {
+	n, in, _ := aheadNode(t)
+	c := n.reserve(n.claim("c0", uid(1), ttyDriver, "tty14"))
+	n.waitHolder(c, "tty14", string(c.UID))
+	d := in.driver(ttyDriver)
+	d.mu.Lock()
+	clear(d.ahead) // as another process would have it
+	d.mu.Unlock()
+	c, err := n.client.ResourceV1().ResourceClaims(c.Namespace).Get(context.Background(), c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Status.Allocation.Devices.Results[0].Device = "tty15"
+	c = n.updateStatus(c)
+	n.waitHolder(c, "tty15", string(c.UID))
+	if got := n.holders("tty")["tty14"]; got != "" {
+		t.Fatalf("tty14 held by %q, want the claim's old device freed", got)
+	}
+	if rec := n.records(ttyDriver)[string(c.UID)]; !rec.Prepared || !slices.Equal(rec.Keys, []string{"tty15"}) {
+		t.Fatalf("record %+v", rec)
 	}
 }
