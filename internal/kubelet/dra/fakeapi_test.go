@@ -14,11 +14,12 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// fakeAPI is client-go's fake clientset with the node, plus two things
+// fakeAPI is client-go's fake clientset with the node, plus three things
 // of the API server that the slice controller needs and the fake lacks:
 // names from generateName, and ResourceSlice lists and watches filtered
 // by field selector (spec.driver, spec.nodeName), so that each driver's
-// controller sees only its own slices.
+// controller sees only its own slices; and ResourceClaim watches whose
+// events carry objects of their own.
 func fakeAPI() *fake.Clientset {
 	c := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid-1"}})
 	var serial atomic.Int64
@@ -54,6 +55,22 @@ func fakeAPI() *fake.Clientset {
 		return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
 			s, ok := e.Object.(*resourceapi.ResourceSlice)
 			return e, !ok || sel.Matches(sliceFields(s))
+		}), nil
+	})
+	// The fake's watchers share the tracker's objects; the API server's
+	// each decode their own, which the prepare-ahead informer's transform
+	// may change in place (it drops managed fields).
+	claims := resourceapi.SchemeGroupVersion.WithResource("resourceclaims")
+	c.PrependWatchReactor("resourceclaims", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := c.Tracker().Watch(claims, a.(k8stesting.WatchAction).GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+			if e.Object != nil {
+				e.Object = e.Object.DeepCopyObject()
+			}
+			return e, true
 		}), nil
 	})
 	return c
