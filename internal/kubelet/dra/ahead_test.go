@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/cdi-exec/plugins/test/kubelettest"
 )
@@ -223,25 +221,8 @@ func TestPrepareAheadBesideTheKubelet(t *testing.T) {
 	for i, k := range keys {
 		claims[i] = n.reserve(n.claim(fmt.Sprint("c", i), uid(100+i), ttyDriver, k))
 	}
-	answers := make([]*drapb.NodePrepareResourceResponse, len(claims))
-	errs := make([]error, len(claims))
-	var wg sync.WaitGroup
+	answers := in.prepareAtOnce(ttyDriver, claims)
 	for i, c := range claims {
-		wg.Go(func() {
-			resp, err := in.dra(ttyDriver).NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{
-				Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}},
-			})
-			if err == nil {
-				answers[i] = resp.Claims[string(c.UID)]
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for i, c := range claims {
-		if errs[i] != nil {
-			t.Fatalf("NodePrepareResources of %s: %v", c.Name, errs[i])
-		}
 		n.checkPrepared(c, answers[i], keys[i])
 	}
 	for _, c := range claims {

@@ -23,31 +23,16 @@ func TestPreparesAtOnce(t *testing.T) {
 	}
 	// Each claim once, and the first one a second time beside itself.
 	calls := append(append([]*resourceapi.ResourceClaim{}, claims...), claims[0])
-	answers := make([]*drapb.NodePrepareResourceResponse, len(calls))
-	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
+	answers := in.prepareAtOnce(ttyDriver, calls)
 	for i, c := range calls {
-		wg.Go(func() {
-			resp, err := in.dra(ttyDriver).NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{
-				Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}},
-			})
-			if err == nil {
-				answers[i] = resp.Claims[string(c.UID)]
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for i, c := range calls {
-		if errs[i] != nil {
-			t.Fatalf("NodePrepareResources of %s: %v", c.Name, errs[i])
-		}
 		n.checkPrepared(c, answers[i], c.Status.Allocation.Devices.Results[0].Device)
 	}
 	if r := n.records(ttyDriver); len(r) != len(claims) {
 		t.Fatalf("%d claim records, want %d: %v", len(r), len(claims), r)
 	}
 
+	errs := make([]error, len(claims))
+	var wg sync.WaitGroup
 	unprepared := make([]*drapb.NodeUnprepareResourceResponse, len(claims))
 	for i, c := range claims {
 		wg.Go(func() {
@@ -81,4 +66,33 @@ func TestPreparesAtOnce(t *testing.T) {
 	if r := n.records(ttyDriver); len(r) != 0 {
 		t.Errorf("records left: %v", r)
 	}
+}
+
+// prepareAtOnce calls the driver's NodePrepareResources for every claim
+// at once, one call per claim, as the kubelet does for pods starting
+// together, and returns the answers in the claims' order.
+func (in *instance) prepareAtOnce(driver string, claims []*resourceapi.ResourceClaim) []*drapb.NodePrepareResourceResponse {
+	t := in.n.t
+	t.Helper()
+	answers := make([]*drapb.NodePrepareResourceResponse, len(claims))
+	errs := make([]error, len(claims))
+	var wg sync.WaitGroup
+	for i, c := range claims {
+		wg.Go(func() {
+			resp, err := in.dra(driver).NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{
+				Claims: []*drapb.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}},
+			})
+			if err == nil {
+				answers[i] = resp.Claims[string(c.UID)]
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, c := range claims {
+		if errs[i] != nil {
+			t.Fatalf("NodePrepareResources of %s: %v", c.Name, errs[i])
+		}
+	}
+	return answers
 }
