@@ -36,6 +36,11 @@ const (
 	// longer may be one the kubelet prepared through the other pod of a
 	// rolling update.
 	aheadKeep = time.Minute
+	// aheadRetries is how often freeing a claim prepared ahead is tried
+	// again after a failure, aheadRetryDelay doubling up to aheadTimeout
+	// apart; then it is the stale-claim collector's.
+	aheadRetries    = 5
+	aheadRetryDelay = 100 * time.Millisecond
 )
 
 // aheadClaim is a claim prepared ahead that the kubelet has not asked for
@@ -65,7 +70,7 @@ func claimInformer(client kubernetes.Interface) cache.SharedIndexInformer {
 // allocated to it, and free those it prepared ahead whose allocation went
 // before the kubelet asked, until ctx ends.
 func (d *driver) watchClaims(ctx context.Context, inf cache.SharedIndexInformer) {
-	queue := workqueue.NewTyped[string]()
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](aheadRetryDelay, aheadTimeout))
 	d.mu.Lock()
 	d.claims = inf.GetIndexer()
 	d.mu.Unlock()
@@ -91,7 +96,11 @@ func (d *driver) watchClaims(ctx context.Context, inf cache.SharedIndexInformer)
 					return
 				}
 				if ctx.Err() == nil { // stopping: what is queued is left
-					d.syncAhead(ctx, inf.GetIndexer(), key)
+					if d.syncAhead(ctx, inf.GetIndexer(), key) && queue.NumRequeues(key) < aheadRetries {
+						queue.AddRateLimited(key) // a claim to free, not freed
+					} else {
+						queue.Forget(key)
+					}
 				}
 				queue.Done(key)
 			}
@@ -167,7 +176,7 @@ func (d *driver) heldAhead(key string) bool {
 // claim is read again and compared once more: a change that came while
 // the prepare ran found nothing held ahead yet (claimChanged), and is seen
 // only here.
-func (d *driver) syncAhead(ctx context.Context, claims cache.Indexer, key string) {
+func (d *driver) syncAhead(ctx context.Context, claims cache.Indexer, key string) (retry bool) {
 	ctx, cancel := context.WithTimeout(ctx, aheadTimeout)
 	defer cancel()
 	current := func() *resourceapi.ResourceClaim {
@@ -178,11 +187,12 @@ func (d *driver) syncAhead(ctx context.Context, claims cache.Indexer, key string
 		return nil
 	}
 	claim := current()
-	d.dropUnmatched(ctx, key, claim)
+	retry = !d.dropUnmatched(ctx, key, claim)
 	if claim != nil && d.wantAhead(claim) {
 		d.prepareAhead(ctx, claim)
-		d.dropUnmatched(ctx, key, current())
+		retry = !d.dropUnmatched(ctx, key, current()) || retry
 	}
+	return retry
 }
 
 // dropUnmatched frees the claims prepared ahead under key that claim (nil:
@@ -191,8 +201,9 @@ func (d *driver) syncAhead(ctx context.Context, claims cache.Indexer, key string
 // allocated elsewhere). A claim being deleted, or no longer reserved,
 // still matches: its pod may run yet, and the kubelet unprepares it.
 // Claims prepared ahead longer than aheadKeep ago are forgotten instead,
-// and left to the stale-claim collector.
-func (d *driver) dropUnmatched(ctx context.Context, key string, claim *resourceapi.ResourceClaim) {
+// and left to the stale-claim collector. It reports whether every claim
+// to free was freed.
+func (d *driver) dropUnmatched(ctx context.Context, key string, claim *resourceapi.ResourceClaim) bool {
 	var keys, adminKeys []string
 	if claim != nil {
 		if results, err := d.allocated(claim); err == nil {
@@ -214,9 +225,11 @@ func (d *driver) dropUnmatched(ctx context.Context, key string, claim *resourcea
 		}
 	}
 	d.mu.Unlock()
+	ok := true
 	for _, uid := range drop {
-		d.dropAhead(ctx, key, uid)
+		ok = d.dropAhead(ctx, key, uid) && ok
 	}
+	return ok
 }
 
 // prepareAhead prepares a claim under its lock, as the kubelet's prepare
@@ -306,28 +319,30 @@ func (d *driver) skipAhead(uid string) bool {
 }
 
 // dropAhead frees a claim prepared ahead that the kubelet never asked for
-// and no longer will: its allocation went, or the claim did.
-func (d *driver) dropAhead(ctx context.Context, key, uid string) {
+// and no longer will: its allocation went, or the claim did. It reports
+// whether the claim is freed (or was taken by the kubelet meanwhile).
+func (d *driver) dropAhead(ctx context.Context, key, uid string) bool {
 	log := d.log.With("claim", key, "uid", uid)
 	unlock, err := d.state.LockClaims(ctx, []string{uid})
 	if err != nil {
-		log.Error("a claim prepared ahead is no longer allocated here: cannot lock it to free it; the stale-claim collector will", "err", err)
-		return
+		log.Error("a claim prepared ahead is no longer allocated here: cannot lock it to free it; trying again", "err", err)
+		return false
 	}
 	defer unlock()
 	d.mu.Lock()
 	a, ok := d.ahead[uid]
 	d.mu.Unlock()
 	if !ok {
-		return // the kubelet asked for it meanwhile
+		return true // the kubelet asked for it meanwhile
 	}
 	held, err := d.release(ctx, uid)
 	if err != nil {
-		log.Error("a claim prepared ahead is no longer allocated here: freeing it failed; the stale-claim collector tries again", "err", err)
-		return
+		log.Error("a claim prepared ahead is no longer allocated here: freeing it failed; trying again", "err", err)
+		return false
 	}
 	d.metrics.PreparedAhead(d.name, metrics.AheadFreed)
 	log.Info("prepared ahead, freed unasked: the claim is no longer allocated these devices here", "devices", a.keys, "held", held)
+	return true
 }
 
 // takeAhead hands the kubelet's prepare what the claim's prepare ahead
