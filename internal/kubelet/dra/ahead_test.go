@@ -35,7 +35,42 @@ func aheadNode(t *testing.T) (*node, *instance, *addCounter) {
 	opt.ClaimStatus = true
 	adds := &addCounter{}
 	opt.Caller.Observer = adds
-	return n, n.start(opt), adds
+	in := n.start(opt)
+	n.waitClaimWatch(in.driver(ttyDriver))
+	return n, in, adds
+}
+
+// waitClaimWatch waits until the driver's claim informer watches: the
+// fake API server's watch starts from now, not from its list's
+// resourceVersion as the API server's does, so a change made between the
+// two would be lost. A sentinel claim, allocated nothing, is changed until
+// the informer shows a change.
+func (n *node) waitClaimWatch(d *driver) {
+	n.t.Helper()
+	ctx := context.Background()
+	claims := n.client.ResourceV1().ResourceClaims("default")
+	c, err := claims.Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sentinel", UID: "sentinel-uid"}}, metav1.CreateOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		c.Annotations = map[string]string{"seen": fmt.Sprint(i)}
+		if c, err = claims.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			n.t.Fatal(err)
+		}
+		d.mu.Lock()
+		store := d.claims
+		d.mu.Unlock()
+		if store != nil {
+			if obj, ok, _ := store.GetByKey("default/sentinel"); ok && len(obj.(*resourceapi.ResourceClaim).Annotations) > 0 {
+				return
+			}
+		}
+		if i == 6000 {
+			n.t.Fatal("the claim informer shows no change of a claim after a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // reserve reserves an allocated claim for a pod, as the scheduler does
