@@ -52,6 +52,11 @@ type aheadClaim struct {
 	since           time.Time           // when it was prepared
 }
 
+// holds says whether the claim was prepared ahead for these devices.
+func (a aheadClaim) holds(keys, adminKeys []string) bool {
+	return slices.Equal(a.keys, keys) && slices.Equal(a.adminKeys, adminKeys)
+}
+
 // claimInformer watches every ResourceClaim of the cluster, without
 // their managed fields, for the drivers' prepares ahead: the API server
 // has no field selector for a claim's node.
@@ -219,8 +224,7 @@ func (d *driver) dropUnmatched(ctx context.Context, key string, claim *resourcea
 		switch {
 		case time.Since(a.since) > aheadKeep:
 			delete(d.ahead, uid)
-		case claim == nil || uid != string(claim.UID) || len(keys)+len(adminKeys) == 0 ||
-			!slices.Equal(a.keys, keys) || !slices.Equal(a.adminKeys, adminKeys):
+		case claim == nil || uid != string(claim.UID) || len(keys)+len(adminKeys) == 0 || !a.holds(keys, adminKeys):
 			drop = append(drop, uid)
 		}
 	}
@@ -355,7 +359,7 @@ func (d *driver) takeAhead(ctx context.Context, uid string, keys, adminKeys []st
 	a, ok := d.ahead[uid]
 	delete(d.ahead, uid)
 	d.mu.Unlock()
-	if !ok || !slices.Equal(a.keys, keys) || !slices.Equal(a.adminKeys, adminKeys) {
+	if !ok || !a.holds(keys, adminKeys) {
 		return nil, false
 	}
 	records, err := d.state.Read(ctx)
