@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -133,5 +134,27 @@ func TestAnchorSlugs(t *testing.T) {
 	}
 	if got["not-a-heading"] {
 		t.Error("a line in a code block counted as a heading")
+	}
+}
+
+// No build output is committed: git tracks no ELF file (a binary built
+// inside a plugin's folder belongs in .gitignore). Outside a git checkout
+// (a source tarball) there is nothing to ask.
+func TestNoCommittedBinaries(t *testing.T) {
+	out, err := exec.Command("git", "-C", repo, "-c", "safe.directory=*", "ls-files", "-z").Output()
+	if err != nil {
+		t.Skipf("not a git checkout (git ls-files: %v): nothing is committed to check", err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		f, err := os.Open(filepath.Join(repo, name))
+		if err != nil {
+			continue // deleted in the work tree, or a submodule
+		}
+		head := make([]byte, 4)
+		n, _ := f.Read(head)
+		f.Close()
+		if n == 4 && bytes.Equal(head, []byte("\x7fELF")) {
+			t.Errorf("%s is a committed ELF binary: remove it from git and list it in .gitignore", name)
+		}
 	}
 }
