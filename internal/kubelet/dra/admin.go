@@ -25,8 +25,8 @@ import (
 
 // adminOwner is the owner of the driver's own spec files: plugin
 // "cdi-kubelet-plugin", and a store id made from the driver's name.
-func (d *driver) adminOwner() cdispec.Owner {
-	sum := sha256.Sum256([]byte(d.name))
+func (lc *lifecycle) adminOwner() cdispec.Owner {
+	sum := sha256.Sum256([]byte(lc.name))
 	return cdispec.Owner{Plugin: "cdi-kubelet-plugin", Store: hex.EncodeToString(sum[:8])}
 }
 
@@ -58,22 +58,22 @@ func specOf(conf caller.Config) (*cdispec.Config, error) {
 // writeAdminSpec writes the spec of the claim's admin-access devices, one
 // file per cdi_spec of the configs that report them, and sets cdi[key] to
 // each device's own CDI id.
-func (d *driver) writeAdminSpec(uid string, keys []string, cdi map[string][]string) error {
+func (lc *lifecycle) writeAdminSpec(uid string, keys []string, cdi map[string][]string) error {
 	var confOf []int
 	var devs []cdispec.Device
 	for _, k := range keys {
-		conf, info, ok := d.poller.Reported(k)
+		conf, info, ok := lc.poller.Reported(k)
 		if !ok {
 			return fmt.Errorf("device %s (admin access): no plugin of the type reports it", k)
 		}
 		dev := cdispec.Device{Key: k}
 		for _, n := range info.Nodes {
-			dev.Nodes = append(dev.Nodes, cdispec.Stat(d.hostRoot, n))
+			dev.Nodes = append(dev.Nodes, cdispec.Stat(lc.hostRoot, n))
 		}
 		devs, confOf = append(devs, dev), append(confOf, conf)
 	}
 	for _, conf := range slices.Compact(slices.Sorted(slices.Values(confOf))) {
-		spec, err := specOf(d.confs[conf])
+		spec, err := specOf(lc.confs[conf])
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func (d *driver) writeAdminSpec(uid string, keys []string, cdi map[string][]stri
 				mine, nodes = append(mine, dev), append(nodes, dev.Nodes...)
 			}
 		}
-		if err := spec.Write(d.adminOwner(), uid, nodes, mine); err != nil {
+		if err := spec.Write(lc.adminOwner(), uid, nodes, mine); err != nil {
 			return fmt.Errorf("admin access: %w", err)
 		}
 		names := spec.QualifiedKeyNames(uid, mine)
@@ -101,12 +101,12 @@ func (d *driver) writeAdminSpec(uid string, keys []string, cdi map[string][]stri
 
 // removeAdminSpecs removes the driver's own spec files of a claim, in
 // every cdi_spec of the type's configs; missing files are fine.
-func (d *driver) removeAdminSpecs(uid string) error {
+func (lc *lifecycle) removeAdminSpecs(uid string) error {
 	var errs []error
-	for _, conf := range d.confs {
+	for _, conf := range lc.confs {
 		spec, err := specOf(conf)
 		if err == nil {
-			err = spec.Remove(d.adminOwner(), uid)
+			err = spec.Remove(lc.adminOwner(), uid)
 		}
 		errs = append(errs, err)
 	}

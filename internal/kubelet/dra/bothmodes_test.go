@@ -99,8 +99,8 @@ func TestBothModesOnOneNode(t *testing.T) {
 	n.deleteClaim(gone)
 	d := in.driver(ttyDriver)
 	first := time.Now()
-	d.collect(t.Context(), first)
-	d.collect(t.Context(), first.Add(opt.StaleGrace))
+	d.lifecycle.collect(t.Context(), first)
+	d.lifecycle.collect(t.Context(), first.Add(opt.StaleGrace))
 	want := map[string]string{"tty14": "", "tty15": dpID, "tty16": uid(2)}
 	n.checkHolders("after the DRA mode's stale-claim scans", want)
 	if err := in.shutdown(); err != nil {

@@ -203,7 +203,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		p.log.Info("serving", "driver", d.name, "configs", len(d.confs), "devices", len(d.offered))
+		p.log.Info("serving", "driver", d.name, "configs", len(d.lifecycle.confs), "devices", d.publisher.devices())
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -227,11 +227,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}()
 		go func() {
 			defer wg.Done()
-			d.status.run(ctx)
+			d.lifecycle.status.run(ctx)
 		}()
 		go func() {
 			defer wg.Done()
-			d.collectEvery(ctx, p.opt.StaleInterval)
+			d.lifecycle.collectEvery(ctx, p.opt.StaleInterval)
 		}()
 	}
 	<-ctx.Done()

@@ -404,7 +404,7 @@ func TestStaleClaims(t *testing.T) {
 		{opt.StaleGrace - time.Second, all},
 		{opt.StaleGrace, map[string]string{"tty16": uid(3), "tty17": uid(4), "tty13": others["tty13"], "tty18": others["tty18"]}},
 	} {
-		d.collect(t.Context(), first.Add(step.after))
+		d.lifecycle.collect(t.Context(), first.Add(step.after))
 		if got := held(); !maps.Equal(got, step.want) {
 			t.Fatalf("%v after the first scan: held %v, want %v", step.after, got, step.want)
 		}
@@ -463,7 +463,7 @@ func TestStaleDeallocated(t *testing.T) {
 		{opt.StaleGrace - time.Second, all},
 		{opt.StaleGrace, map[string]string{"tty17": uid(43)}},
 	} {
-		d.collect(t.Context(), first.Add(step.after))
+		d.lifecycle.collect(t.Context(), first.Add(step.after))
 		if got := held(); !maps.Equal(got, step.want) {
 			t.Fatalf("%v after the first scan: held %v, want %v", step.after, got, step.want)
 		}

@@ -34,20 +34,75 @@ import (
 	"github.com/cdi-exec/plugins/pkg/caller"
 )
 
-// driver is one resource type served as a DRA driver: its configs, what
-// their plugins reported last, its claim records and its kubelet plugin
-// helper. It implements kubeletplugin.DRAPlugin.
+// driver is one resource type served as a DRA driver: what the kubelet
+// sees of it (its sockets, its registration) over its two parts, each the
+// one owner of its state: the publisher, which offers the node's devices
+// in the driver's ResourceSlices (slice.go, health.go), and the
+// lifecycle, which prepares and unprepares the claims allocated them and
+// keeps their records (prepare.go, stale.go, status.go, admin.go,
+// migrate.go). It implements kubeletplugin.DRAPlugin.
 type driver struct {
-	name   string // "<type>.<suffix>"
-	typ    string
-	node   string
-	confs  []caller.Config
-	caller caller.Caller
-	client kubernetes.Interface
-	state  *claimstate.File
-	grace  time.Duration
-	effect resourceapi.DeviceTaintEffect // of the taint of unusable devices
-	every  time.Duration                 // how often DEVICES is asked
+	name string // "<type>.<suffix>"
+	typ  string
+	log  *slog.Logger
+	// regSock and draSock are the helper's sockets: its registration
+	// socket, which the kubelet's plugin watcher finds, and its DRA
+	// service.
+	regSock, draSock string
+	metadata         bool // prepared devices carry their metadata (KEP-5304)
+
+	publisher *publisher
+	lifecycle *lifecycle
+
+	mu     sync.Mutex
+	helper *kubeletplugin.Helper // set by start
+	// registration is the kubelet's last word on the driver's
+	// registration (noteRegistration), nil before it came.
+	registration *registerapi.RegistrationStatus
+	fatal        func(error) // stops Run; set by start, before the helper serves
+}
+
+// publisher offers the node's devices of one type: it asks the plugins
+// for them (the poller, which it alone refreshes), turns them into slice
+// devices, taints those that turn unusable, hands them to the helper's
+// slice controller, and streams their health to the kubelet.
+type publisher struct {
+	name, node string
+	effect     resourceapi.DeviceTaintEffect // of the taint of unusable devices
+	every      time.Duration                 // how often DEVICES is asked
+	client     kubernetes.Interface          // to look the slices up (Ready)
+	poller     *inventory.Poller
+	log        *slog.Logger
+	metrics    *metrics.Metrics
+
+	mu        sync.Mutex
+	helper    *kubeletplugin.Helper // set by start
+	offered   []resourceapi.Device  // what the slice lists
+	published bool                  // offered handed to the slice controller
+	written   bool                  // the API server was seen with offered (Ready)
+	sliceErr  error                 // the slice controller's last failure, until Ready sees the slices written
+	unnamed   map[string]bool       // keys already warned about
+	// known are the devices ever offered, by name, as last offered
+	// untainted; unhealthy those of them now unusable or gone.
+	known     map[string]resourceapi.Device
+	unhealthy map[string]unhealthy
+	refreshed time.Time     // when the devices were last asked
+	changed   chan struct{} // closed and replaced when offered changes
+}
+
+// lifecycle prepares and unprepares the claims allocated devices of one
+// type on this node, records them, writes their status and metadata, and
+// frees those whose ResourceClaim went away (the stale-claim collector)
+// or that the device-plugin mode left behind (migrate.go). It reads the
+// devices through the publisher's poller and never refreshes it.
+type lifecycle struct {
+	name, typ, node string
+	confs           []caller.Config
+	caller          caller.Caller
+	client          kubernetes.Interface // claims by name, never a list or watch
+	records         *claimstate.File     // the claims prepared, by UID
+	poller          *inventory.Poller    // the publisher's, read only
+	grace           time.Duration
 	// hostRoot is where the host's /dev and /sys are (CDI_HOST_ROOT), for
 	// the device numbers of admin-access specs.
 	hostRoot string
@@ -58,34 +113,10 @@ type driver struct {
 	metadata bool                 // prepared devices carry their metadata (KEP-5304)
 	// leftovers are the device-plugin mode's ids of the type (migrate.go).
 	leftovers leftovers
-	// regSock and draSock are the helper's sockets: its registration
-	// socket, which the kubelet's plugin watcher finds, and its DRA
-	// service.
-	regSock, draSock string
-
-	helper *kubeletplugin.Helper // set by start
-	// registration is the kubelet's last word on the driver's
-	// registration (noteRegistration), nil before it came.
-	registration *registerapi.RegistrationStatus
-	fatal        func(error) // stops Run; set by start
-
-	// poller asks the plugins for their devices and keeps their answers.
-	poller *inventory.Poller
 
 	mu        sync.Mutex
-	offered   []resourceapi.Device // what the slice lists
-	published bool                 // offered handed to the slice controller
-	written   bool                 // the API server was seen with offered (Ready)
-	sliceErr  error                // the slice controller's last failure, until Ready sees the slices written
-	unnamed   map[string]bool      // keys already warned about
 	preparing map[string]bool      // claim UIDs whose prepare runs (pin)
 	missing   map[string]time.Time // claim UID → first scan that found it gone
-	// known are the devices ever offered, by name, as last offered
-	// untainted; unhealthy those of them now unusable or gone.
-	known     map[string]resourceapi.Device
-	unhealthy map[string]unhealthy
-	refreshed time.Time     // when the devices were last asked
-	changed   chan struct{} // closed and replaced when offered changes
 }
 
 func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) {
@@ -93,7 +124,7 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || len(name) > resourceapi.DriverNameMaxLength {
 		return nil, fmt.Errorf("resource type %q: the driver name %q is not a DNS subdomain of at most %d characters (%v)", typ, name, resourceapi.DriverNameMaxLength, errs)
 	}
-	st, err := claimstate.Open(opt.StateDir, name)
+	records, err := claimstate.Open(opt.StateDir, name)
 	if err != nil {
 		return nil, err
 	}
@@ -101,22 +132,28 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 	if opt.Events != nil {
 		rec = opt.Events.NewRecorder(scheme.Scheme, name)
 	}
-	reg, dra := sockets(opt.KubeletDir, name, opt.PodUID)
+	log := opt.Log.With("driver", name)
 	var status *statusWriter
 	if opt.ClaimStatus && opt.Client != nil {
-		status = newStatusWriter(opt.Client, name, opt.Log.With("driver", name))
+		status = newStatusWriter(opt.Client, name, log)
 	}
+	poller := inventory.NewPoller(opt.Caller, confs, log)
+	reg, dra := sockets(opt.KubeletDir, name, opt.PodUID)
 	return &driver{
-		status: status,
-		name:   name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller,
-		client: opt.Client, state: st, grace: opt.StaleGrace, effect: opt.TaintEffect, every: opt.Poll,
-		hostRoot: opt.HostRoot, log: opt.Log.With("driver", name), metrics: opt.Metrics, recorder: rec,
-		metadata:  opt.DeviceMetadata,
-		leftovers: leftovers{resource: opt.Suffix + "/" + typ, tracker: podgc.NewTracker(opt.StaleGrace)},
-		regSock:   reg, draSock: dra,
-		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
-		unnamed: map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
-		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
+		name: name, typ: typ, log: log, regSock: reg, draSock: dra, metadata: opt.DeviceMetadata,
+		publisher: &publisher{
+			name: name, node: opt.NodeName, effect: opt.TaintEffect, every: opt.Poll, client: opt.Client,
+			poller: poller, log: log, metrics: opt.Metrics,
+			unnamed: map[string]bool{}, known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{},
+			changed: make(chan struct{}),
+		},
+		lifecycle: &lifecycle{
+			name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller, client: opt.Client,
+			records: records, poller: poller, grace: opt.StaleGrace, hostRoot: opt.HostRoot,
+			log: log, metrics: opt.Metrics, recorder: rec, status: status, metadata: opt.DeviceMetadata,
+			leftovers: leftovers{resource: opt.Suffix + "/" + typ, tracker: podgc.NewTracker(opt.StaleGrace)},
+			preparing: map[string]bool{}, missing: map[string]time.Time{},
+		},
 	}, nil
 }
 
@@ -135,8 +172,8 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(d.name),
-		kubeletplugin.NodeName(d.node),
-		kubeletplugin.KubeClient(d.client),
+		kubeletplugin.NodeName(d.publisher.node),
+		kubeletplugin.KubeClient(d.publisher.client),
 		kubeletplugin.RegistrarDirectoryPath(regDir),
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		// Claims are prepared at once, each call under its claims' own
@@ -158,7 +195,9 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 			kubeletplugin.MetadataFileOps(kubeletplugin.MetadataFileOperations{WriteFile: writeMetadataFile}),
 			kubeletplugin.CDIDirectory(opt.CDISpecDir))
 	}
+	d.mu.Lock()
 	d.fatal = fatal
+	d.mu.Unlock()
 	h, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
 		return fmt.Errorf("driver %s: %w", d.name, err)
@@ -166,7 +205,36 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	d.mu.Lock()
 	d.helper = h
 	d.mu.Unlock()
-	return d.publish(ctx)
+	return d.publisher.start(ctx, h)
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin: the
+// lifecycle prepares each claim.
+func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	return d.lifecycle.PrepareResourceClaims(ctx, claims)
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin: the
+// lifecycle unprepares each claim.
+func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	return d.lifecycle.UnprepareResourceClaims(ctx, claims)
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: the publisher's
+// health stream of the devices it offers.
+func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	return d.publisher.WatchHealthStatus(ctx, reports)
+}
+
+// refresh asks the plugins for their devices and publishes the slice
+// when what the driver offers changed.
+func (d *driver) refresh(ctx context.Context) {
+	d.publisher.refresh(ctx, d.lifecycle)
+}
+
+// poll refreshes the devices every interval until ctx ends.
+func (d *driver) poll(ctx context.Context, interval time.Duration) {
+	inventory.Every(ctx, interval, nil, func() { d.refresh(ctx) })
 }
 
 // oneCallPerClaim is the helper's gRPC interceptor: a
@@ -183,7 +251,7 @@ func (d *driver) oneCallPerClaim(ctx context.Context, req any, _ *grpc.UnaryServ
 	if len(uids) == 0 {
 		return handler(ctx, req)
 	}
-	unlock, err := d.state.LockClaims(ctx, uids)
+	unlock, err := d.lifecycle.records.LockClaims(ctx, uids)
 	if err != nil {
 		return nil, err
 	}
@@ -266,14 +334,15 @@ func (d *driver) HandleError(_ context.Context, err error, msg string) {
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		// The slice controller failed to write the slices (it retries):
 		// not ready until they are seen written.
-		d.mu.Lock()
-		d.sliceErr = err
-		d.mu.Unlock()
+		d.publisher.failed(err)
 		d.log.Warn(msg, "err", err)
 		return
 	}
 	d.log.Error(msg, "err", err)
-	d.fatal(fmt.Errorf("driver %s: %s: %w", d.name, msg, err))
+	d.mu.Lock()
+	fatal := d.fatal
+	d.mu.Unlock()
+	fatal(fmt.Errorf("driver %s: %s: %w", d.name, msg, err))
 }
 
 // awaitKubelet says, every interval until the kubelet has registered the

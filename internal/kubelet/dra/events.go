@@ -37,8 +37,8 @@ func claimRef(namespace, name string, uid types.UID) *corev1.ObjectReference {
 // event records an Event on the claim, when the driver records events.
 // The note is made safe to show on a terminal first (printable), then cut
 // to the API server's bound.
-func (d *driver) event(claim *corev1.ObjectReference, eventType, reason, action, note string) {
-	if d.recorder == nil {
+func (lc *lifecycle) event(claim *corev1.ObjectReference, eventType, reason, action, note string) {
+	if lc.recorder == nil {
 		return
 	}
 	note = printable(strings.ToValidUTF8(note, "\uFFFD"))
@@ -49,7 +49,7 @@ func (d *driver) event(claim *corev1.ObjectReference, eventType, reason, action,
 		}
 		note = note[:cut] + "..."
 	}
-	d.recorder.Eventf(claim, nil, eventType, reason, action, "%s", note)
+	lc.recorder.Eventf(claim, nil, eventType, reason, action, "%s", note)
 }
 
 // printable escapes what a terminal would act on rather than show, as Go
@@ -76,8 +76,8 @@ func printable(s string) string {
 
 // prepareFailed records the Event of a failed prepare: the refused claim
 // records, or the plugin's protocol code and message.
-func (d *driver) prepareFailed(claim *corev1.ObjectReference, err error) {
-	if d.recordRefused(claim, "Prepare", err) {
+func (lc *lifecycle) prepareFailed(claim *corev1.ObjectReference, err error) {
+	if lc.recordRefused(claim, "Prepare", err) {
 		return
 	}
 	note := err.Error()
@@ -85,16 +85,16 @@ func (d *driver) prepareFailed(claim *corev1.ObjectReference, err error) {
 	if errors.As(err, &pe) {
 		note = fmt.Sprintf("plugin %s failed with code %d: %v", pe.Config.Plugin, pe.Code(), err)
 	}
-	d.event(claim, corev1.EventTypeWarning, ReasonPrepareFailed, "Prepare", note)
+	lc.event(claim, corev1.EventTypeWarning, ReasonPrepareFailed, "Prepare", note)
 }
 
 // recordRefused records the Event of a claim record file the driver
 // refuses to replace, when err is that, and reports whether it was.
-func (d *driver) recordRefused(claim *corev1.ObjectReference, action string, err error) bool {
+func (lc *lifecycle) recordRefused(claim *corev1.ObjectReference, action string, err error) bool {
 	var refused *claimstate.RefusedError
 	if !errors.As(err, &refused) {
 		return false
 	}
-	d.event(claim, corev1.EventTypeWarning, ReasonClaimRecordRefused, action, err.Error())
+	lc.event(claim, corev1.EventTypeWarning, ReasonClaimRecordRefused, action, err.Error())
 	return true
 }

@@ -57,22 +57,6 @@ func fakeAPI() *fake.Clientset {
 			return e, !ok || sel.Matches(sliceFields(s))
 		}), nil
 	})
-	// The fake's watchers share the tracker's objects; the API server's
-	// each decode their own, which the prepare-ahead informer's transform
-	// may change in place (it drops managed fields).
-	claims := resourceapi.SchemeGroupVersion.WithResource("resourceclaims")
-	c.PrependWatchReactor("resourceclaims", func(a k8stesting.Action) (bool, watch.Interface, error) {
-		w, err := c.Tracker().Watch(claims, a.(k8stesting.WatchAction).GetNamespace())
-		if err != nil {
-			return true, nil, err
-		}
-		return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-			if e.Object != nil {
-				e.Object = e.Object.DeepCopyObject()
-			}
-			return e, true
-		}), nil
-	})
 	return c
 }
 

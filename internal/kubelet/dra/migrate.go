@@ -33,7 +33,7 @@ type leftovers struct {
 func (p *Plugin) collectLeftovers(ctx context.Context, now time.Time) {
 	var due []*driver
 	for _, d := range p.drivers {
-		if len(podgc.Held(d.poller.Inventory().Holders, d.typ)) > 0 {
+		if len(podgc.Held(d.lifecycle.poller.Inventory().Holders, d.typ)) > 0 {
 			due = append(due, d)
 		}
 	}
@@ -62,33 +62,33 @@ func (p *Plugin) collectLeftovers(ctx context.Context, now time.Time) {
 	for _, d := range due {
 		live := map[string]bool{}
 		for _, c := range l.Containers {
-			if c.Resource == d.leftovers.resource {
+			if c.Resource == d.lifecycle.leftovers.resource {
 				live[podgc.RequestID(c.Resource, d.typ, c.DeviceIDs)] = true
 			}
 		}
-		d.collectLeftovers(ctx, now, live)
+		if d.lifecycle.collectLeftovers(ctx, now, live) > 0 {
+			d.refresh(ctx) // their devices come back into the slice
+		}
 	}
 }
 
-// collectLeftovers frees the driver's device-plugin ids that are due.
-func (d *driver) collectLeftovers(ctx context.Context, now time.Time, live map[string]bool) {
-	held := podgc.Held(d.poller.Inventory().Holders, d.typ)
-	freed := 0
-	for _, v := range d.leftovers.tracker.Scan(now, held, live) {
+// collectLeftovers frees the driver's device-plugin ids that are due, and
+// returns how many it freed.
+func (lc *lifecycle) collectLeftovers(ctx context.Context, now time.Time, live map[string]bool) (freed int) {
+	held := podgc.Held(lc.poller.Inventory().Holders, lc.typ)
+	for _, v := range lc.leftovers.tracker.Scan(now, held, live) {
 		var errs []error
-		for _, conf := range d.poller.Configs() {
-			_, err := d.caller.Del(ctx, conf, v.ID)
+		for _, conf := range lc.poller.Configs() {
+			_, err := lc.caller.Del(ctx, conf, v.ID)
 			errs = append(errs, err)
 		}
 		if err := errors.Join(errs...); err != nil {
-			d.log.Error("freeing a device-plugin id failed; trying again next scan", "requestId", v.ID, "err", err)
+			lc.log.Error("freeing a device-plugin id failed; trying again next scan", "requestId", v.ID, "err", err)
 			continue
 		}
-		d.leftovers.tracker.Forget(v.ID)
+		lc.leftovers.tracker.Forget(v.ID)
 		freed++
-		d.log.Info("freed a device-plugin id: its pod is gone", "requestId", v.ID, "scans", v.Scans, "absentFor", v.Absent.Round(time.Second))
+		lc.log.Info("freed a device-plugin id: its pod is gone", "requestId", v.ID, "scans", v.Scans, "absentFor", v.Absent.Round(time.Second))
 	}
-	if freed > 0 {
-		d.refresh(ctx)
-	}
+	return freed
 }

@@ -140,8 +140,8 @@ func TestMetricsAndEvents(t *testing.T) {
 	}
 	n.deleteClaim(stale)
 	now := time.Now()
-	d.collect(t.Context(), now)
-	d.collect(t.Context(), now.Add(opt.StaleGrace))
+	d.lifecycle.collect(t.Context(), now)
+	d.lifecycle.collect(t.Context(), now.Add(opt.StaleGrace))
 	if got := kubelettest.Metric(t, reg, "cdi_exec_stale_claims_freed_total", "driver", ttyDriver); got != 1 {
 		t.Errorf("stale claims freed: %v, want 1", got)
 	}
@@ -343,8 +343,8 @@ func TestEventNoteCut(t *testing.T) {
 		"bad \xff byte",                    // not UTF-8 at all
 	} {
 		rec := events.NewFakeRecorder(1)
-		d := &driver{recorder: rec}
-		d.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", note)
+		lc := &lifecycle{recorder: rec}
+		lc.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", note)
 		got := strings.TrimPrefix(<-rec.Events, "Warning "+ReasonPrepareFailed+" ")
 		if len(got) > noteMax || !utf8.ValidString(got) {
 			t.Errorf("a note of %d bytes became %d bytes, valid UTF-8 %v", len(note), len(got), utf8.ValidString(got))
@@ -372,16 +372,16 @@ func TestEventNoteEscapes(t *testing.T) {
 		"bad \xff":                   "bad \uFFFD",
 	} {
 		rec := events.NewFakeRecorder(1)
-		d := &driver{recorder: rec}
-		d.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", note)
+		lc := &lifecycle{recorder: rec}
+		lc.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", note)
 		if got := strings.TrimPrefix(<-rec.Events, "Warning "+ReasonPrepareFailed+" "); got != want {
 			t.Errorf("note %q became %q, want %q", note, got, want)
 		}
 	}
 	// The escapes count against the bound.
 	rec := events.NewFakeRecorder(1)
-	d := &driver{recorder: rec}
-	d.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", strings.Repeat("\x1b", noteMax))
+	lc := &lifecycle{recorder: rec}
+	lc.event(claimRef("ns", "c", "uid"), "Warning", ReasonPrepareFailed, "Prepare", strings.Repeat("\x1b", noteMax))
 	if got := strings.TrimPrefix(<-rec.Events, "Warning "+ReasonPrepareFailed+" "); len(got) > noteMax || strings.ContainsRune(got, 0x1b) {
 		t.Errorf("a note of escapes became %d bytes: %.40q", len(got), got)
 	}

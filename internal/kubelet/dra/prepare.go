@@ -19,14 +19,14 @@ import (
 	"github.com/cdi-exec/plugins/pkg/request"
 )
 
-// PrepareResourceClaims implements kubeletplugin.DRAPlugin: one pinned
+// PrepareResourceClaims prepares the claims the kubelet sends (driver.PrepareResourceClaims): one pinned
 // ADD per config, under the claim's UID, of the devices the scheduler
 // allocated from this driver's pool, and for devices allocated with admin
 // access a CDI spec of the driver's own (admin.go).
-func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+func (lc *lifecycle) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
-		out[c.UID] = d.prepare(ctx, c)
+		out[c.UID] = lc.prepare(ctx, c)
 	}
 	return out, nil
 }
@@ -45,62 +45,62 @@ type result struct {
 // metrics, and records an Event on the claim when it fails. Each device's
 // CDI ids are its own (cdispec.KeyDeviceName), so that a container naming
 // one request of the claim gets that request's devices only.
-func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+func (lc *lifecycle) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 	start := time.Now()
-	log := d.log.With("claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID)
+	log := lc.log.With("claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID)
 	if err := checkUID(string(claim.UID)); err != nil {
-		d.metrics.Prepared(d.name, err, time.Since(start))
+		lc.metrics.Prepared(lc.name, err, time.Since(start))
 		log.Error("prepare refused", "err", err)
 		return kubeletplugin.PrepareResult{Err: err}
 	}
-	results, err := d.allocated(claim)
+	results, err := lc.allocated(claim)
 	if err == nil && len(results) == 0 {
-		d.metrics.Prepared(d.name, nil, time.Since(start))
+		lc.metrics.Prepared(lc.name, nil, time.Since(start))
 		log.Info("prepare: nothing allocated from this driver's pool")
 		return kubeletplugin.PrepareResult{}
 	}
 	keys, adminKeys := splitKeys(results)
 	var cdi map[string][]string
 	if err == nil {
-		cdi, err = d.pin(ctx, claim, results)
+		cdi, err = lc.pin(ctx, claim, results)
 	}
-	d.metrics.Prepared(d.name, err, time.Since(start))
+	lc.metrics.Prepared(lc.name, err, time.Since(start))
 	took := time.Since(start).Round(time.Millisecond)
 	if err != nil {
 		log.Error("prepare failed", "devices", keys, "adminDevices", adminKeys, "took", took, "err", err)
-		d.prepareFailed(claimRef(claim.Namespace, claim.Name, claim.UID), err)
+		lc.prepareFailed(claimRef(claim.Namespace, claim.Name, claim.UID), err)
 		return kubeletplugin.PrepareResult{Err: err}
 	}
 	log.Info("prepare", "devices", keys, "adminDevices", adminKeys, "cdiDevices", cdi, "took", took)
 	res := kubeletplugin.PrepareResult{}
-	infos := d.deviceInfos(results)
+	infos := lc.deviceInfos(results)
 	for _, r := range results {
 		dev := kubeletplugin.Device{
 			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: cdi[r.key],
 		}
-		if d.metadata {
-			dev.Metadata = d.deviceMetadata(r, infos)
+		if lc.metadata {
+			dev.Metadata = lc.deviceMetadata(r, infos)
 		}
 		res.Devices = append(res.Devices, dev)
 	}
-	if d.status != nil {
-		d.status.set(claimStatus{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: d.deviceStatuses(results, infos)})
+	if lc.status != nil {
+		lc.status.set(claimStatus{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: lc.deviceStatuses(results, infos)})
 	}
 	return res
 }
 
 // allocated returns the claim's allocation results from this driver's
 // pool, in the allocation's order.
-func (d *driver) allocated(claim *resourceapi.ResourceClaim) ([]result, error) {
+func (lc *lifecycle) allocated(claim *resourceapi.ResourceClaim) ([]result, error) {
 	if claim.Status.Allocation == nil {
 		return nil, errors.New("the claim is not allocated")
 	}
 	var out []result
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != d.name {
+		if r.Driver != lc.name {
 			continue
 		}
-		if r.Pool != d.node {
+		if r.Pool != lc.node {
 			return nil, fmt.Errorf("device %s is from pool %q, not this node's", r.Device, r.Pool)
 		}
 		key, err := devname.Key(r.Device)
@@ -149,14 +149,14 @@ func requests(results []result) []string {
 // (docs/kubernetes.md#preparing-a-claim). A claim that was never
 // prepared is taken back whole when that fails; one that was keeps what
 // it holds. It returns each key's CDI device ids.
-func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, results []result) (map[string][]string, error) {
+func (lc *lifecycle) pin(ctx context.Context, claim *resourceapi.ResourceClaim, results []result) (map[string][]string, error) {
 	uid := string(claim.UID)
 	keys, adminKeys := splitKeys(results)
-	settings, err := claimconfig.ForClaim(claim, d.name, d.plugins(), requests(results))
+	settings, err := claimconfig.ForClaim(claim, lc.name, lc.plugins(), requests(results))
 	if err != nil {
 		return nil, err
 	}
-	claims, err := d.state.Read(ctx)
+	claims, err := lc.records.Read(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -164,33 +164,33 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 	if err := sameDevices(before, keys, adminKeys); err != nil {
 		return nil, err
 	}
-	if cdi, ok := d.answered(uid, before); ok {
+	if cdi, ok := lc.answered(uid, before); ok {
 		return cdi, nil
 	}
-	d.mu.Lock()
-	d.preparing[uid] = true
-	d.mu.Unlock()
+	lc.mu.Lock()
+	lc.preparing[uid] = true
+	lc.mu.Unlock()
 	defer func() {
-		d.mu.Lock()
-		delete(d.preparing, uid)
-		d.mu.Unlock()
+		lc.mu.Lock()
+		delete(lc.preparing, uid)
+		lc.mu.Unlock()
 	}()
 	cdi := map[string][]string{}
 	if len(keys) > 0 {
-		err = d.add(ctx, uid, keys, settings, cdi)
+		err = lc.add(ctx, uid, keys, settings, cdi)
 	}
 	if err == nil && len(adminKeys) > 0 {
-		err = d.writeAdminSpec(uid, adminKeys, cdi)
+		err = lc.writeAdminSpec(uid, adminKeys, cdi)
 	}
 	if err == nil {
-		err = d.record(ctx, claim, keys, adminKeys, cdi)
+		err = lc.record(ctx, claim, keys, adminKeys, cdi)
 	}
 	if err != nil {
 		if !before.Prepared {
 			// Taken back even when the prepare's context ended (a kubelet
 			// that gave up, a driver that stops), within its own bound.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-			_, uerr := d.release(rctx, uid)
+			_, uerr := lc.release(rctx, uid)
 			cancel()
 			if uerr != nil {
 				err = fmt.Errorf("%w; taking it back failed too: %w", err, uerr)
@@ -208,7 +208,7 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 // first prepare answered, without running a plugin. A claim whose spec
 // files are gone (a reboot emptied /var/run/cdi, whose device numbers may
 // have changed) replays its ADD instead, which writes them anew.
-func (d *driver) answered(uid string, rec claimstate.Claim) (map[string][]string, bool) {
+func (lc *lifecycle) answered(uid string, rec claimstate.Claim) (map[string][]string, bool) {
 	if !rec.Prepared {
 		return nil, false
 	}
@@ -217,7 +217,7 @@ func (d *driver) answered(uid string, rec claimstate.Claim) (map[string][]string
 			return nil, false
 		}
 	}
-	if !d.specsWritten(uid, rec) {
+	if !lc.specsWritten(uid, rec) {
 		return nil, false
 	}
 	return maps.Clone(rec.Devices), true
@@ -226,7 +226,7 @@ func (d *driver) answered(uid string, rec claimstate.Claim) (map[string][]string
 // specsWritten reports whether every CDI id recorded for a claim has a
 // spec file of the claim in its kind's directory (a cdi_spec of one of
 // the type's configs).
-func (d *driver) specsWritten(uid string, rec claimstate.Claim) bool {
+func (lc *lifecycle) specsWritten(uid string, rec claimstate.Claim) bool {
 	kinds := map[string]bool{}
 	for _, ids := range rec.Devices {
 		for _, id := range ids {
@@ -234,7 +234,7 @@ func (d *driver) specsWritten(uid string, rec claimstate.Claim) bool {
 			kinds[kind] = true
 		}
 	}
-	for _, conf := range d.confs {
+	for _, conf := range lc.confs {
 		spec, err := specOf(conf)
 		if err != nil || !kinds[spec.Kind] {
 			continue
@@ -258,7 +258,7 @@ func sameDevices(rec claimstate.Claim, keys, adminKeys []string) error {
 
 // record records a prepared claim, with its CDI device ids. A record that
 // says so already is left as it is, and nothing is written.
-func (d *driver) record(ctx context.Context, claim *resourceapi.ResourceClaim, keys, adminKeys []string, cdi map[string][]string) error {
+func (lc *lifecycle) record(ctx context.Context, claim *resourceapi.ResourceClaim, keys, adminKeys []string, cdi map[string][]string) error {
 	uid := string(claim.UID)
 	var all []string
 	for _, k := range append(slices.Clone(keys), adminKeys...) {
@@ -268,7 +268,7 @@ func (d *driver) record(ctx context.Context, claim *resourceapi.ResourceClaim, k
 			}
 		}
 	}
-	return d.state.Update(ctx, func(cs claimstate.Claims) error {
+	return lc.records.Update(ctx, func(cs claimstate.Claims) error {
 		c := cs[uid]
 		if err := sameDevices(c, keys, adminKeys); err != nil {
 			return err
@@ -287,9 +287,9 @@ func (d *driver) record(ctx context.Context, claim *resourceapi.ResourceClaim, k
 }
 
 // plugins returns the plugins of the type's configs.
-func (d *driver) plugins() []string {
+func (lc *lifecycle) plugins() []string {
 	var out []string
-	for _, c := range d.confs {
+	for _, c := range lc.confs {
 		if !slices.Contains(out, c.Plugin) {
 			out = append(out, c.Plugin)
 		}
@@ -302,16 +302,16 @@ func (d *driver) plugins() []string {
 // key's CDI device ids: the device's own entry (the answer's
 // cdiKeyDevices), or, from a plugin that names none, the request's
 // cdiDevices.
-func (d *driver) add(ctx context.Context, uid string, keys []string, settings claimconfig.Settings, cdi map[string][]string) error {
-	inv := d.poller.Inventory()
+func (lc *lifecycle) add(ctx context.Context, uid string, keys []string, settings claimconfig.Settings, cdi map[string][]string) error {
+	inv := lc.poller.Inventory()
 	for _, g := range inv.Groups(keys) {
-		conf := d.confs[g.Conf]
+		conf := lc.confs[g.Conf]
 		raw, err := settings.Apply(conf.Plugin, conf.Raw)
 		if err != nil {
 			return fmt.Errorf("%s: %w", conf.File, err)
 		}
 		conf.Raw = raw
-		added, err := d.caller.AddDevices(ctx, conf, uid, request.Spec{Type: d.typ}, inv.Units(g.Keys))
+		added, err := lc.caller.AddDevices(ctx, conf, uid, request.Spec{Type: lc.typ}, inv.Units(g.Keys))
 		if err != nil {
 			return err
 		}
@@ -330,36 +330,56 @@ func (d *driver) add(ctx context.Context, uid string, keys []string, settings cl
 	return nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin: DEL of each
+// UnprepareResourceClaims unprepares the claims the kubelet sends: DEL of each
 // claim's UID. It succeeds once nothing is held under the UID, so the
 // kubelet's retries are harmless.
-func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+func (lc *lifecycle) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		out[c.UID] = d.unprepare(ctx, c)
+		out[c.UID] = lc.unprepare(ctx, c)
 	}
 	return out, nil
 }
 
-func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject) error {
+func (lc *lifecycle) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject) error {
 	start := time.Now()
 	var held bool
 	err := checkUID(string(c.UID))
 	if err == nil {
-		held, err = d.release(ctx, string(c.UID))
+		held, err = lc.release(ctx, string(c.UID))
 	}
-	d.metrics.Unprepared(d.name, err, time.Since(start))
-	log := d.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "took", time.Since(start).Round(time.Millisecond))
+	lc.metrics.Unprepared(lc.name, err, time.Since(start))
+	log := lc.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "took", time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		log.Error("unprepare failed", "err", err)
-		d.recordRefused(claimRef(c.Namespace, c.Name, c.UID), "Unprepare", err)
+		lc.recordRefused(claimRef(c.Namespace, c.Name, c.UID), "Unprepare", err)
 		return err
 	}
 	log.Info("unprepare", "held", held)
-	if d.status != nil {
-		d.status.set(claimStatus{namespace: c.Namespace, name: c.Name, uid: c.UID})
+	if lc.status != nil {
+		lc.status.set(claimStatus{namespace: c.Namespace, name: c.Name, uid: c.UID})
 	}
 	return nil
+}
+
+// claimed returns the claims recorded, and those whose prepare runs (as
+// bare records: theirs are written after their ADDs, in pin). The
+// preparing are taken before the records are read, so that a claim whose
+// prepare ends in between is in the records.
+func (lc *lifecycle) claimed(ctx context.Context) (claimstate.Claims, error) {
+	lc.mu.Lock()
+	preparing := slices.Collect(maps.Keys(lc.preparing))
+	lc.mu.Unlock()
+	claims, err := lc.records.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, uid := range preparing {
+		if _, ok := claims[uid]; !ok {
+			claims[uid] = claimstate.Claim{UID: uid}
+		}
+	}
+	return claims, nil
 }
 
 // checkUID checks a claim UID at the boundary: it becomes the request-id
@@ -379,24 +399,24 @@ func checkUID(uid string) error {
 // claim's record. When that fails, the record stays, so that a retry or
 // the stale-claim collector tries again. held reports whether any plugin held something under
 // uid.
-func (d *driver) release(ctx context.Context, uid string) (held bool, err error) {
-	claims, err := d.state.Read(ctx)
+func (lc *lifecycle) release(ctx context.Context, uid string) (held bool, err error) {
+	claims, err := lc.records.Read(ctx)
 	if err != nil {
 		return false, err
 	}
 	var errs []error
 	if c, ok := claims[uid]; !ok || len(c.Keys) > 0 {
-		for _, conf := range d.confs {
-			h, err := d.caller.Del(ctx, conf, uid)
+		for _, conf := range lc.confs {
+			h, err := lc.caller.Del(ctx, conf, uid)
 			held = held || h
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, d.removeAdminSpecs(uid))
+	errs = append(errs, lc.removeAdminSpecs(uid))
 	if err := errors.Join(errs...); err != nil {
 		return held, err
 	}
-	err = d.state.Update(ctx, func(cs claimstate.Claims) error {
+	err = lc.records.Update(ctx, func(cs claimstate.Claims) error {
 		delete(cs, uid)
 		return nil
 	})

@@ -49,7 +49,7 @@ func (d *driver) Live(ctx context.Context) error {
 // after each failure the controller reported.
 func (d *driver) Ready(ctx context.Context) error {
 	d.mu.Lock()
-	h, st, published, written, failed := d.helper, d.registration, d.published, d.written, d.sliceErr
+	h, st := d.helper, d.registration
 	d.mu.Unlock()
 	if h == nil {
 		return errors.New("not started")
@@ -59,12 +59,23 @@ func (d *driver) Ready(ctx context.Context) error {
 		return errors.New("not registered with the kubelet yet")
 	case !st.PluginRegistered:
 		return fmt.Errorf("the kubelet refused the registration: %s", st.Error)
+	}
+	return d.publisher.ready(ctx)
+}
+
+// ready says whether the API server has the node's ResourceSlices with
+// every device offered.
+func (pb *publisher) ready(ctx context.Context) error {
+	pb.mu.Lock()
+	published, written, failed := pb.published, pb.written, pb.sliceErr
+	pb.mu.Unlock()
+	switch {
 	case !published:
 		return errors.New("the ResourceSlice is not published yet")
 	case written && failed == nil:
 		return nil
 	}
-	if err := d.confirmWritten(ctx); err != nil {
+	if err := pb.confirmWritten(ctx); err != nil {
 		if failed != nil {
 			return fmt.Errorf("writing the ResourceSlice failed: %w", failed)
 		}
@@ -75,30 +86,30 @@ func (d *driver) Ready(ctx context.Context) error {
 
 // confirmWritten looks up the node's ResourceSlices of the driver, and
 // records them written when they list every device the driver offers.
-func (d *driver) confirmWritten(ctx context.Context) error {
-	sel := fields.Set{"spec.driver": d.name, "spec.nodeName": d.node}.AsSelector().String()
-	l, err := d.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+func (pb *publisher) confirmWritten(ctx context.Context) error {
+	sel := fields.Set{"spec.driver": pb.name, "spec.nodeName": pb.node}.AsSelector().String()
+	l, err := pb.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return fmt.Errorf("looking up the ResourceSlice: %w", err)
 	}
 	listed := map[string]bool{}
 	for _, s := range l.Items {
-		if s.Spec.Driver == d.name && s.Spec.Pool.Name == d.node && s.Spec.NodeName != nil && *s.Spec.NodeName == d.node {
+		if s.Spec.Driver == pb.name && s.Spec.Pool.Name == pb.node && s.Spec.NodeName != nil && *s.Spec.NodeName == pb.node {
 			for _, dev := range s.Spec.Devices {
 				listed[dev.Name] = true
 			}
 		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
 	if len(l.Items) == 0 {
 		return errors.New("the API server has no ResourceSlice of the driver yet")
 	}
-	for _, dev := range d.offered {
+	for _, dev := range pb.offered {
 		if !listed[dev.Name] {
 			return fmt.Errorf("the API server's ResourceSlices lack device %s yet", dev.Name)
 		}
 	}
-	d.written, d.sliceErr = true, nil
+	pb.written, pb.sliceErr = true, nil
 	return nil
 }

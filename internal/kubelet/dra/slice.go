@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
@@ -44,55 +45,76 @@ const (
 	attrUSBSerial  resourceapi.QualifiedName = "usbSerial"
 )
 
+// claimed are the claims of a driver, for the publisher: a device held
+// by one of them stays in the slice.
+type claimed interface {
+	// claimed returns the claims recorded and those being prepared.
+	claimed(ctx context.Context) (claimstate.Claims, error)
+}
+
+// start hands the helper to the publisher and publishes the slice.
+func (pb *publisher) start(ctx context.Context, h *kubeletplugin.Helper) error {
+	pb.mu.Lock()
+	pb.helper = h
+	pb.mu.Unlock()
+	return pb.publish(ctx)
+}
+
 // refresh asks every config's plugin for its devices (the poller's
-// Refresh) and publishes the slice when what it offers changed.
-func (d *driver) refresh(ctx context.Context) {
-	failed, ok := d.poller.Refresh(ctx)
+// Refresh) and publishes the slice when what it offers changed. The
+// claims are read after the plugins answered, so that a claim whose
+// prepare ends in between is among them.
+func (pb *publisher) refresh(ctx context.Context, claims claimed) {
+	failed, ok := pb.poller.Refresh(ctx)
 	for range failed {
-		d.metrics.PollFailed(d.name)
+		pb.metrics.PollFailed(pb.name)
 	}
 	if !ok {
 		return
 	}
-	// The claims being prepared count as recorded: their records are
-	// written after their ADDs (pin). Taken before the records are read,
-	// so that a claim whose prepare ends in between is in the records.
-	d.mu.Lock()
-	preparing := slices.Collect(maps.Keys(d.preparing))
-	d.mu.Unlock()
-	claims, err := d.state.Read(ctx)
+	held, err := claims.claimed(ctx)
 	if err != nil {
-		d.log.Error("cannot read the claim records; slice left as it is", "err", err)
+		pb.log.Error("cannot read the claim records; slice left as it is", "err", err)
 		return
 	}
-	for _, uid := range preparing {
-		if _, ok := claims[uid]; !ok {
-			claims[uid] = claimstate.Claim{UID: uid}
-		}
-	}
-	inv, answers := d.poller.Inventory(), d.poller.Answers()
-	d.mu.Lock()
-	devs := d.offer(inv, answers, claims, time.Now())
-	due := !d.published || !equality.Semantic.DeepEqual(devs, d.offered)
-	d.offered = devs
-	d.refreshed = time.Now()
+	inv, answers := pb.poller.Inventory(), pb.poller.Answers()
+	pb.mu.Lock()
+	devs := pb.offer(inv, answers, held, time.Now())
+	due := !pb.published || !equality.Semantic.DeepEqual(devs, pb.offered)
+	pb.offered = devs
+	pb.refreshed = time.Now()
 	tainted := 0
 	for _, dev := range devs {
 		if len(dev.Taints) > 0 {
 			tainted++
 		}
 	}
-	d.metrics.Published(d.name, len(devs)-tainted, tainted)
+	pb.metrics.Published(pb.name, len(devs)-tainted, tainted)
 	if due {
-		close(d.changed) // wakes the health streams
-		d.changed = make(chan struct{})
+		close(pb.changed) // wakes the health streams
+		pb.changed = make(chan struct{})
 	}
-	d.mu.Unlock()
+	pb.mu.Unlock()
 	if due {
-		if err := d.publish(ctx); err != nil {
-			d.log.Error("publishing the slice failed", "err", err)
+		if err := pb.publish(ctx); err != nil {
+			pb.log.Error("publishing the slice failed", "err", err)
 		}
 	}
+}
+
+// failed notes a failure of the slice controller to write the slices:
+// the driver is not ready until they are seen written.
+func (pb *publisher) failed(err error) {
+	pb.mu.Lock()
+	pb.sliceErr = err
+	pb.mu.Unlock()
+}
+
+// devices returns how many devices the slice offers.
+func (pb *publisher) devices() int {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	return len(pb.offered)
 }
 
 // offer turns the inventory into slice devices. A device held by a
@@ -103,15 +125,15 @@ func (d *driver) refresh(ctx context.Context) {
 // calls unusable, or no longer reports at all, stays with a device taint
 // (taint) instead of vanishing, until it is usable again. Called with mu
 // held.
-func (d *driver) offer(inv inventory.Inventory, answers [][]protocol.DeviceInfo, claims claimstate.Claims, now time.Time) []resourceapi.Device {
+func (pb *publisher) offer(inv inventory.Inventory, answers [][]protocol.DeviceInfo, claims claimstate.Claims, now time.Time) []resourceapi.Device {
 	var out []resourceapi.Device
 	listed := map[string]bool{} // names offered or held by another caller
 	for _, dev := range inv.Devices {
 		name, err := devname.Name(dev.Key)
 		if err != nil {
-			if !d.unnamed[dev.Key] {
-				d.log.Warn("device not offered: its key has no device name", "key", dev.Key, "err", err)
-				d.unnamed[dev.Key] = true
+			if !pb.unnamed[dev.Key] {
+				pb.log.Warn("device not offered: its key has no device name", "key", dev.Key, "err", err)
+				pb.unnamed[dev.Key] = true
 			}
 			continue
 		}
@@ -123,39 +145,39 @@ func (d *driver) offer(inv inventory.Inventory, answers [][]protocol.DeviceInfo,
 		if dev.PhysFn != "" {
 			sd.ConsumesCounters, _ = consumesPF(dev.PhysFn)
 		}
-		d.known[name] = sd
+		pb.known[name] = sd
 		out = append(out, sd)
 	}
 	for _, k := range inv.Skipped {
-		if !d.unnamed[k] {
-			d.log.Warn("device not offered: its key cannot be named in a pinned ADD", "key", k)
-			d.unnamed[k] = true
+		if !pb.unnamed[k] {
+			pb.log.Warn("device not offered: its key cannot be named in a pinned ADD", "key", k)
+			pb.unnamed[k] = true
 		}
 	}
 	unusable := unusable(answers, claims)
-	for _, name := range slices.Sorted(maps.Keys(d.known)) {
+	for _, name := range slices.Sorted(maps.Keys(pb.known)) {
 		if listed[name] {
-			delete(d.unhealthy, name)
+			delete(pb.unhealthy, name)
 			continue
 		}
 		key, _ := devname.Key(name)
 		reason, reported := unusable[key]
 		switch {
 		case reported && reason == "":
-			delete(d.unhealthy, name)
+			delete(pb.unhealthy, name)
 			continue // held by another caller: not ill health
 		case !reported:
 			reason = "the plugin no longer reports the device"
 		}
-		u, ok := d.unhealthy[name]
+		u, ok := pb.unhealthy[name]
 		if !ok {
 			u.since = now
 		}
 		u.reason = reason
-		d.unhealthy[name] = u
-		known := d.known[name]
+		pb.unhealthy[name] = u
+		known := pb.known[name]
 		sd := *known.DeepCopy()
-		sd.Taints = []resourceapi.DeviceTaint{d.taint(u)}
+		sd.Taints = []resourceapi.DeviceTaint{pb.taint(u)}
 		out = append(out, sd)
 	}
 	return out
@@ -201,9 +223,9 @@ const TaintSuffix = "unusable"
 // driver's domain, the plugin's reason made a label value, the effect the
 // driver was started with (NoSchedule unless --taint-effect says
 // NoExecute), and the time it was first seen so.
-func (d *driver) taint(u unhealthy) resourceapi.DeviceTaint {
+func (pb *publisher) taint(u unhealthy) resourceapi.DeviceTaint {
 	t := metav1.NewTime(u.since.Truncate(time.Second))
-	return resourceapi.DeviceTaint{Key: d.name + "/" + TaintSuffix, Value: TaintValue(u.reason), Effect: d.effect, TimeAdded: &t}
+	return resourceapi.DeviceTaint{Key: pb.name + "/" + TaintSuffix, Value: TaintValue(u.reason), Effect: pb.effect, TimeAdded: &t}
 }
 
 // TaintValue makes a reason a taint value, which must be a label value:
@@ -278,19 +300,19 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 // publish hands the offered devices to the helper's slice controller,
 // which writes them to the API server in the background: one pool named
 // after the node (pool, below).
-func (d *driver) publish(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.helper == nil {
+func (pb *publisher) publish(ctx context.Context) error {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if pb.helper == nil {
 		return nil
 	}
-	p := pool(d.offered)
-	err := d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.node: p}})
+	p := pool(pb.offered)
+	err := pb.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{pb.node: p}})
 	if err != nil {
 		return err
 	}
-	d.published = true
-	d.log.Info("slice published", "devices", len(d.offered), "slices", len(p.Slices))
+	pb.published = true
+	pb.log.Info("slice published", "devices", len(pb.offered), "slices", len(p.Slices))
 	return nil
 }
 
@@ -357,9 +379,4 @@ func counterSets(devs []resourceapi.Device) []resourceapi.CounterSet {
 		}})
 	}
 	return out
-}
-
-// poll refreshes the devices every interval until ctx ends.
-func (d *driver) poll(ctx context.Context, interval time.Duration) {
-	inventory.Every(ctx, interval, nil, func() { d.refresh(ctx) })
 }

@@ -20,11 +20,11 @@ import (
 const scanTimeout = time.Minute
 
 // collectEvery runs a stale-claim scan every interval until ctx ends.
-func (d *driver) collectEvery(ctx context.Context, interval time.Duration) {
+func (lc *lifecycle) collectEvery(ctx context.Context, interval time.Duration) {
 	inventory.Every(ctx, interval, nil, func() {
 		sctx, cancel := context.WithTimeout(ctx, scanTimeout)
 		defer cancel()
-		d.collect(sctx, time.Now())
+		lc.collect(sctx, time.Now())
 	})
 }
 
@@ -35,40 +35,40 @@ func (d *driver) collectEvery(ctx context.Context, interval time.Duration) {
 // (deallocated but not deleted, or allocated elsewhere) is freed once it
 // has been found so for the grace period. A claim the API server cannot
 // be asked about counts for nothing.
-func (d *driver) collect(ctx context.Context, now time.Time) {
-	claims, err := d.state.Read(ctx)
+func (lc *lifecycle) collect(ctx context.Context, now time.Time) {
+	claims, err := lc.records.Read(ctx)
 	if err != nil {
-		d.log.Error("stale claims: cannot read the claim records", "err", err)
+		lc.log.Error("stale claims: cannot read the claim records", "err", err)
 		return
 	}
 	for _, uid := range slices.Sorted(maps.Keys(claims)) {
 		c := claims[uid]
-		why, err := d.gone(ctx, c)
+		why, err := lc.gone(ctx, c)
 		if err != nil {
-			d.log.Warn("stale claims: cannot look the claim up; skipped", "claim", c.Namespace+"/"+c.Name, "uid", uid, "err", err)
+			lc.log.Warn("stale claims: cannot look the claim up; skipped", "claim", c.Namespace+"/"+c.Name, "uid", uid, "err", err)
 			continue
 		}
-		d.mu.Lock()
+		lc.mu.Lock()
 		if why == "" {
-			delete(d.missing, uid)
-		} else if _, ok := d.missing[uid]; !ok {
-			d.missing[uid] = now
+			delete(lc.missing, uid)
+		} else if _, ok := lc.missing[uid]; !ok {
+			lc.missing[uid] = now
 		}
-		since, due := d.missing[uid], why != "" && now.Sub(d.missing[uid]) >= d.grace
-		d.mu.Unlock()
+		since, due := lc.missing[uid], why != "" && now.Sub(lc.missing[uid]) >= lc.grace
+		lc.mu.Unlock()
 		if due {
-			d.free(ctx, c, why, now.Sub(since))
+			lc.free(ctx, c, why, now.Sub(since))
 		}
 	}
-	d.mu.Lock()
-	maps.DeleteFunc(d.missing, func(uid string, _ time.Time) bool { _, ok := claims[uid]; return !ok })
-	d.mu.Unlock()
+	lc.mu.Lock()
+	maps.DeleteFunc(lc.missing, func(uid string, _ time.Time) bool { _, ok := claims[uid]; return !ok })
+	lc.mu.Unlock()
 }
 
 // gone says why the claim's ResourceClaim is gone, or no longer this
 // driver's on this node, or "" when it is there and allocated here.
-func (d *driver) gone(ctx context.Context, c claimstate.Claim) (string, error) {
-	rc, err := d.client.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+func (lc *lifecycle) gone(ctx context.Context, c claimstate.Claim) (string, error) {
+	rc, err := lc.client.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return "the ResourceClaim no longer exists", nil
@@ -80,32 +80,32 @@ func (d *driver) gone(ctx context.Context, c claimstate.Claim) (string, error) {
 		return "the ResourceClaim is no longer allocated", nil
 	}
 	for _, r := range rc.Status.Allocation.Devices.Results {
-		if r.Driver == d.name && r.Pool == d.node {
+		if r.Driver == lc.name && r.Pool == lc.node {
 			return "", nil
 		}
 	}
-	return "the ResourceClaim is no longer allocated a device of " + d.name + " on this node", nil
+	return "the ResourceClaim is no longer allocated a device of " + lc.name + " on this node", nil
 }
 
 // free releases a stale claim and logs it.
-func (d *driver) free(ctx context.Context, c claimstate.Claim, why string, absent time.Duration) {
-	log := d.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "reason", why, "goneFor", absent.Round(time.Second))
-	unlock, err := d.state.LockClaims(ctx, []string{c.UID})
+func (lc *lifecycle) free(ctx context.Context, c claimstate.Claim, why string, absent time.Duration) {
+	log := lc.log.With("claim", c.Namespace+"/"+c.Name, "uid", c.UID, "reason", why, "goneFor", absent.Round(time.Second))
+	unlock, err := lc.records.LockClaims(ctx, []string{c.UID})
 	if err != nil {
 		log.Error("stale claim: freeing failed; trying again next scan", "err", err)
 		return
 	}
 	defer unlock()
-	held, err := d.release(ctx, c.UID)
+	held, err := lc.release(ctx, c.UID)
 	if err != nil {
 		log.Error("stale claim: freeing failed; trying again next scan", "err", err)
 		return
 	}
-	d.mu.Lock()
-	delete(d.missing, c.UID)
-	d.mu.Unlock()
-	d.metrics.StaleClaimFreed(d.name)
+	lc.mu.Lock()
+	delete(lc.missing, c.UID)
+	lc.mu.Unlock()
+	lc.metrics.StaleClaimFreed(lc.name)
 	log.Info("stale claim freed", "devices", c.Keys, "held", held)
-	d.event(claimRef(c.Namespace, c.Name, types.UID(c.UID)), corev1.EventTypeNormal, ReasonStaleClaimFreed, "Free",
+	lc.event(claimRef(c.Namespace, c.Name, types.UID(c.UID)), corev1.EventTypeNormal, ReasonStaleClaimFreed, "Free",
 		fmt.Sprintf("%s, for %v: devices %v freed", why, absent.Round(time.Second), append(slices.Clone(c.Keys), c.AdminKeys...)))
 }

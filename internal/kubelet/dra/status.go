@@ -251,10 +251,10 @@ func netInterface(hostRoot, addr string) (iface, mac string, ok bool) {
 
 // deviceInfos returns what the last inventory says of the results'
 // devices, by key.
-func (d *driver) deviceInfos(results []result) map[string]protocol.DeviceInfo {
+func (lc *lifecycle) deviceInfos(results []result) map[string]protocol.DeviceInfo {
 	out := make(map[string]protocol.DeviceInfo, len(results))
 	for _, r := range results {
-		if _, info, ok := d.poller.Reported(r.key); ok {
+		if _, info, ok := lc.poller.Reported(r.key); ok {
 			out[r.key] = info
 		}
 	}
@@ -263,12 +263,12 @@ func (d *driver) deviceInfos(results []result) map[string]protocol.DeviceInfo {
 
 // deviceStatuses are the status entries of a prepared claim's devices of
 // this driver.
-func (d *driver) deviceStatuses(results []result, infos map[string]protocol.DeviceInfo) []*resourceapply.AllocatedDeviceStatusApplyConfiguration {
+func (lc *lifecycle) deviceStatuses(results []result, infos map[string]protocol.DeviceInfo) []*resourceapply.AllocatedDeviceStatusApplyConfiguration {
 	now := time.Now()
 	out := make([]*resourceapply.AllocatedDeviceStatusApplyConfiguration, 0, len(results))
 	for _, r := range results {
 		info, known := infos[r.key]
-		out = append(out, deviceStatus(d.name, r, info, known, d.hostRoot, now))
+		out = append(out, deviceStatus(lc.name, r, info, known, lc.hostRoot, now))
 	}
 	return out
 }
@@ -290,7 +290,7 @@ func writeMetadataFile(name string, data []byte, perm os.FileMode) error {
 // deviceMetadata is what the container learns of a prepared device
 // (KEP-5304): the attributes its slice publishes, and a network
 // function's interface.
-func (d *driver) deviceMetadata(r result, infos map[string]protocol.DeviceInfo) *kubeletplugin.DeviceMetadata {
+func (lc *lifecycle) deviceMetadata(r result, infos map[string]protocol.DeviceInfo) *kubeletplugin.DeviceMetadata {
 	info, known := infos[r.key]
 	if !known {
 		info = protocol.DeviceInfo{Key: r.key, NUMA: -1}
@@ -300,7 +300,7 @@ func (d *driver) deviceMetadata(r result, infos map[string]protocol.DeviceInfo) 
 		md.Attributes[string(name)] = a
 	}
 	if request.IsPCIAddr(r.key) {
-		if iface, mac, ok := netInterface(d.hostRoot, r.key); ok {
+		if iface, mac, ok := netInterface(lc.hostRoot, r.key); ok {
 			md.NetworkData = &resourceapi.NetworkDeviceData{InterfaceName: iface, HardwareAddress: mac}
 		}
 	}
