@@ -55,8 +55,11 @@ func (u *unit) usable() bool { return u.reason == "" }
 // (a family's by number). Nodes the USB filter leaves out are not units
 // at all.
 func (e *Engine) scan() ([]*unit, error) {
-	var taken map[string]bool // devnames, by the first rule that selected them
-	if len(e.rules) > 1 {
+	// taken holds the devnames selected, by the first rule that selected
+	// them. A family rule alone needs none: its names come from one
+	// directory listing, each once.
+	var taken map[string]bool
+	if len(e.rules) != 1 || e.rules[0].Family == "" {
 		taken = map[string]bool{}
 	}
 	var units, grouped []*unit
