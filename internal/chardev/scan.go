@@ -131,8 +131,10 @@ func (e *Engine) familyNodes(r Rule) ([]node, error) {
 // its kernel name.
 func familyUnits(ruleIdx int, nodes []node) []*unit {
 	units := make([]*unit, len(nodes))
+	backing := make([]unit, len(nodes)) // one allocation for all
 	for i, n := range nodes {
-		units[i] = &unit{key: n.name, rule: ruleIdx, nodes: nodes[i : i+1 : i+1], reason: n.reason}
+		backing[i] = unit{key: n.name, rule: ruleIdx, nodes: nodes[i : i+1 : i+1], reason: n.reason}
+		units[i] = &backing[i]
 	}
 	return units
 }
