@@ -137,7 +137,7 @@ func (e *Engine) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 				}
 			}
 			devs = append(devs, pool.Device{Key: key, Index: s*len(units) + ui, NUMA: alloc.Unknown,
-				Nodes: nodes, Dir: u.sys, Live: live{e.host, u}})
+				Nodes: nodes, Live: live{e.host, u}})
 		}
 	}
 	return devs, nil
