@@ -154,7 +154,7 @@ func TestCheckNode(t *testing.T) {
 		tty  string
 		want string // resolved node, or "" for an error
 	}{{"tty13", "/dev/console-alias"}, {"tty14", ""}, {"tty15", ""}, {"tty16", ""}, {"tty17", ""}} {
-		got, err := h.TTYNode(TTY{Name: tt.tty})
+		got, err := resolveTTY(h, tt.tty)
 		if got != tt.want || (err == nil) != (tt.want != "") {
 			t.Errorf("%s: %q %v, want %q", tt.tty, got, err, tt.want)
 		}
@@ -165,7 +165,7 @@ func TestCheckNode(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "sys/class/tty/tty13/uevent"), []byte("DEVNAME=tty14\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := NewHost(root).TTYNode(TTY{Name: "tty13"}); got != "/dev/tty13" || err != nil {
+	if got, err := resolveTTY(NewHost(root), "tty13"); got != "/dev/tty13" || err != nil {
 		t.Errorf("a DEVNAME node with the wrong numbers is used: %q %v", got, err)
 	}
 	// uevent's MAJOR and MINOR are sysfs's numbers too: with them the dev
@@ -178,12 +178,18 @@ func TestCheckNode(t *testing.T) {
 		"sys/class/tty/tty19/dev":    "4:19\n",
 	})
 	h = NewHost(root)
-	if got, err := h.TTYNode(TTY{Name: "tty18"}); got != "/dev/tty18" || err != nil {
+	if got, err := resolveTTY(h, "tty18"); got != "/dev/tty18" || err != nil {
 		t.Errorf("tty18, numbers from uevent only: %q %v", got, err)
 	}
-	if got, err := h.TTYNode(TTY{Name: "tty19"}); err == nil {
+	if got, err := resolveTTY(h, "tty19"); err == nil {
 		t.Errorf("tty19, a node unlike uevent's numbers, is handed out: %q", got)
 	}
+}
+
+// resolveTTY resolves a tty's node through its class entry, as the
+// character-device engine's live check does.
+func resolveTTY(h *Host, name string) (string, error) {
+	return h.ResolveNode(h.Sys("class", "tty", name), name)
 }
 
 // writeTree writes files under root, making their directories.

@@ -6,6 +6,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/cdi-exec/plugins/internal/chardev"
 	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
@@ -50,30 +51,12 @@ type usbArgs struct {
 	Serial  *string `json:"serial"`
 }
 
-// Groupings.
-const (
-	groupNode = "node"
-	groupUSB  = "usb"
-	groupPCI  = "pci"
-)
-
 // maxShares bounds a rule's shares: each is a store slot.
 const maxShares = 1024
 
-// rule is a validated rule.
-type rule struct {
-	paths       []string // globs, relative to /dev ("ttyUSB*", "net/tun")
-	class       string
-	names       []string
-	usb         *usbArgs // ids lower case; nil for no USB filter
-	group       string
-	shares      int
-	permissions string
-}
-
 // config is the validated args.
 type config struct {
-	rules  []rule
+	rules  []chardev.Rule
 	strict bool
 }
 
@@ -112,9 +95,9 @@ func (a args) validate() (config, error) {
 		}
 		// Two rules with the same selector and filter contradict each
 		// other (or one never applies): refused.
-		for j, sel := range r.selectors() {
+		for j, sel := range selectors(r) {
 			member := fmt.Sprintf("%s.paths[%d]", at, j)
-			if r.class != "" {
+			if r.Class != "" {
 				member = fmt.Sprintf("%s.names[%d]", at, j)
 				if ra.Names == nil {
 					member = at + ".class"
@@ -132,26 +115,26 @@ func (a args) validate() (config, error) {
 
 // selectors are the rule's selections with its USB filter, one per glob,
 // for finding rules that select the same.
-func (r rule) selectors() []string {
+func selectors(r chardev.Rule) []string {
 	filter := ""
-	if r.usb != nil {
-		filter = "|" + r.usb.Vendor + ":" + r.usb.Product
-		if r.usb.Serial != nil {
-			filter += ":" + *r.usb.Serial
+	if r.USB != nil {
+		filter = "|" + r.USB.Vendor + ":" + r.USB.Product
+		if r.USB.Serial != nil {
+			filter += ":" + *r.USB.Serial
 		}
 	}
 	var out []string
-	for _, p := range r.paths {
+	for _, p := range r.Paths {
 		out = append(out, "path:"+p+filter)
 	}
-	for _, n := range r.names {
-		out = append(out, "class:"+r.class+"/"+n+filter)
+	for _, n := range r.Names {
+		out = append(out, "class:"+r.Class+"/"+n+filter)
 	}
 	return out
 }
 
-func (ra ruleArgs) validate(at string) (rule, error) {
-	r := rule{class: ra.Class, group: ra.Group, shares: 1, permissions: ra.Permissions}
+func (ra ruleArgs) validate(at string) (chardev.Rule, error) {
+	r := chardev.Rule{Class: ra.Class, Group: ra.Group, Shares: 1, Permissions: ra.Permissions}
 	switch {
 	case ra.Paths != nil && ra.Class != "":
 		return r, configError(at+".class", errors.New(`a rule selects by "paths" or by "class", not both`))
@@ -169,17 +152,17 @@ func (ra ruleArgs) validate(at string) (rule, error) {
 		if err != nil {
 			return r, configError(fmt.Sprintf("%s.paths[%d]", at, j), err)
 		}
-		r.paths = append(r.paths, rel)
+		r.Paths = append(r.Paths, rel)
 	}
 	if ra.Class != "" {
 		if !validName(ra.Class) {
 			return r, configError(at+".class", fmt.Errorf("%q is not a sysfs class name such as \"video4linux\"", ra.Class))
 		}
-		r.names = ra.Names
-		if r.names == nil {
-			r.names = []string{"*"}
+		r.Names = ra.Names
+		if r.Names == nil {
+			r.Names = []string{"*"}
 		}
-		for j, n := range r.names {
+		for j, n := range r.Names {
 			if err := nameGlob(n); err != nil {
 				return r, configError(fmt.Sprintf("%s.names[%d]", at, j), err)
 			}
@@ -200,19 +183,19 @@ func (ra ruleArgs) validate(at string) (rule, error) {
 		if u.Vendor == "" && u.Product == "" && u.Serial == nil {
 			return r, configError(at+".usb", errors.New(`empty: give "vendor", "product" or "serial"`))
 		}
-		r.usb = &u
+		r.USB = &chardev.USB{Vendor: u.Vendor, Product: u.Product, Serial: u.Serial}
 	}
 	switch ra.Group {
 	case "":
-		r.group = groupNode
-	case groupNode, groupUSB, groupPCI:
+		r.Group = chardev.GroupNode
+	case chardev.GroupNode, chardev.GroupUSB, chardev.GroupPCI:
 	default:
-		return r, configError(at+".group", fmt.Errorf("%q is not %q, %q or %q", ra.Group, groupNode, groupUSB, groupPCI))
+		return r, configError(at+".group", fmt.Errorf("%q is not %q, %q or %q", ra.Group, chardev.GroupNode, chardev.GroupUSB, chardev.GroupPCI))
 	}
 	if ra.Shares != nil {
-		r.shares = *ra.Shares
-		if r.shares < 1 || r.shares > maxShares {
-			return r, configError(at+".shares", fmt.Errorf("%d is not from 1 to %d", r.shares, maxShares))
+		r.Shares = *ra.Shares
+		if r.Shares < 1 || r.Shares > maxShares {
+			return r, configError(at+".shares", fmt.Errorf("%d is not from 1 to %d", r.Shares, maxShares))
 		}
 	}
 	if ra.Permissions != "" && !validPermissions(ra.Permissions) {

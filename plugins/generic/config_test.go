@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cdi-exec/plugins/internal/chardev"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
@@ -77,10 +78,10 @@ func TestParseArgsNormalises(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := cfg.rules[0]
-	if r.paths[0] != "ttyUSB*" || r.usb.Vendor != "1a86" || r.usb.Product != "7523" || r.shares != 1 || r.group != groupNode {
-		t.Errorf("rule 0: %+v %+v", r, r.usb)
+	if r.Paths[0] != "ttyUSB*" || r.USB.Vendor != "1a86" || r.USB.Product != "7523" || r.Shares != 1 || r.Group != chardev.GroupNode {
+		t.Errorf("rule 0: %+v %+v", r, r.USB)
 	}
-	if n := cfg.rules[1].names; len(n) != 1 || n[0] != "*" {
+	if n := cfg.rules[1].Names; len(n) != 1 || n[0] != "*" {
 		t.Errorf("default names: %v", n)
 	}
 }
@@ -109,10 +110,10 @@ func FuzzParseArgs(f *testing.F) {
 			t.Fatalf("parse(%q): no rules", s)
 		}
 		for _, r := range cfg.rules {
-			if r.shares < 1 || r.shares > maxShares || (len(r.paths) == 0) == (r.class == "") {
+			if r.Shares < 1 || r.Shares > maxShares || (len(r.Paths) == 0) == (r.Class == "") {
 				t.Fatalf("parse(%q): rule %+v", s, r)
 			}
-			for _, p := range r.paths {
+			for _, p := range r.Paths {
 				if strings.HasPrefix(p, "/") || strings.Contains(p, "..") && devGlobHasDotDot(p) {
 					t.Fatalf("parse(%q): path %q leaves /dev", s, p)
 				}

@@ -1,4 +1,4 @@
-package main
+package chardev
 
 import (
 	"errors"
@@ -21,7 +21,17 @@ type node struct {
 	name    string // the kernel's name of the device: "ttyUSB0", "tun"
 	sys     string // the class device's sysfs path, without the root; "" when unknown
 	class   string // its class ("tty", "misc"); "" when unknown
+	index   int    // its number in its family, for a family rule
 	reason  string // why it cannot be handed out; "" when it can
+}
+
+// sysDir is the host path of the node's sysfs device directory: the one
+// discovery resolved, else (a family's device) its class entry.
+func (n node) sysDir(h *sysfs.Host) string {
+	if n.sys == "" {
+		return h.Sys("class", n.class, n.name)
+	}
+	return h.Path(n.sys)
 }
 
 // unit is what a request holds: the nodes of one device (or one node).
@@ -31,96 +41,163 @@ type unit struct {
 	nodes  []node
 	usb    *sysfs.USB
 	pci    string // the PCI function it is or hangs off; "" for none
-	sys    string // the sysfs path its place is read from
+	sys    string // the sysfs path its place is read from; "" for a family's device
 	reason string // why it cannot be handed out; "" when it can
 }
 
-// usable reports whether every node of the unit can be handed out.
+// usable reports whether the unit may be handed out: every node of a
+// path or class rule passed its check; a family's device is not
+// reserved (its node is looked at by Discover and Inventory).
 func (u *unit) usable() bool { return u.reason == "" }
 
 // scan finds the units the rules select on the host, in handout order:
-// by rule, then by their first node's name, numbers compared as numbers.
-// Nodes the USB filter leaves out are not units at all.
-func (p *plugin) scan() ([]*unit, error) {
-	taken := map[string]bool{} // devnames, by the first rule that selected them
-	var units []*unit
-	for i, r := range p.cfg.rules {
-		nodes, err := p.selectNodes(r)
+// by rule, then by their first node's name, numbers compared as numbers
+// (a family's by number). Nodes the USB filter leaves out are not units
+// at all.
+func (e *Engine) scan() ([]*unit, error) {
+	// taken holds the devnames selected, by the first rule that selected
+	// them. A family rule alone needs none: its names come from one
+	// directory listing, each once.
+	var taken map[string]bool
+	if len(e.rules) != 1 || e.rules[0].Family == "" {
+		taken = map[string]bool{}
+	}
+	var units, grouped []*unit
+	for i, r := range e.rules {
+		var nodes []node
+		var err error
+		if r.Family != "" {
+			nodes, err = e.familyNodes(r)
+		} else {
+			nodes, err = e.selectNodes(r)
+		}
 		if err != nil {
 			return nil, err
 		}
-		nodes = slices.DeleteFunc(nodes, func(n node) bool {
-			if taken[n.devname] {
-				return true
-			}
-			taken[n.devname] = true
-			return false
-		})
-		units = append(units, p.group(i, r, nodes)...)
+		if taken != nil {
+			nodes = slices.DeleteFunc(nodes, func(n node) bool {
+				if taken[n.devname] {
+					return true
+				}
+				taken[n.devname] = true
+				return false
+			})
+		}
+		if r.Family != "" {
+			units = append(units, familyUnits(i, nodes)...)
+			continue
+		}
+		g := e.group(i, r, nodes)
+		units, grouped = append(units, g...), append(grouped, g...)
 	}
-	assignKeys(units)
+	assignKeys(grouped)
 	return units, nil
 }
 
+// familyNodes lists the class devices of a rule's family, in number
+// order, each with the reason a Reserve gives; it reads the class
+// listing and nothing else.
+func (e *Engine) familyNodes(r Rule) ([]node, error) {
+	var out []node
+	err := e.host.List(e.host.Sys("class", r.Class), func(b []byte, _ uint64, _ uint8) {
+		if !strings.HasPrefix(string(b), r.Family) {
+			return
+		}
+		name := string(b)
+		i, ok := sysfs.Index(name, r.Family)
+		if !ok {
+			return
+		}
+		n := node{devname: name, name: name, class: r.Class, index: i}
+		for _, res := range r.Reserve {
+			if i < res.Below {
+				n.reason = res.Reason
+				break
+			}
+		}
+		out = append(out, n)
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no such class on this host: nothing selected
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b node) int { return a.index - b.index })
+	return out, nil
+}
+
+// familyUnits makes each device of a family a unit of its own, keyed by
+// its kernel name.
+func familyUnits(ruleIdx int, nodes []node) []*unit {
+	units := make([]*unit, len(nodes))
+	backing := make([]unit, len(nodes)) // one allocation for all
+	for i, n := range nodes {
+		backing[i] = unit{key: n.name, rule: ruleIdx, nodes: nodes[i : i+1 : i+1], reason: n.reason}
+		units[i] = &backing[i]
+	}
+	return units
+}
+
 // selectNodes lists the nodes a rule selects, with the USB filter applied.
-func (p *plugin) selectNodes(r rule) ([]node, error) {
+func (e *Engine) selectNodes(r Rule) ([]node, error) {
 	var nodes []node
 	var err error
-	if r.class != "" {
-		nodes, err = p.classNodes(r)
+	if r.Class != "" {
+		nodes, err = e.classNodes(r)
 	} else {
-		nodes, err = p.pathNodes(r)
+		nodes, err = e.pathNodes(r)
 	}
-	if err != nil || r.usb == nil {
+	if err != nil || r.USB == nil {
 		return nodes, err
 	}
 	return slices.DeleteFunc(nodes, func(n node) bool {
-		u, ok := p.usbOf(n.sys)
-		return !ok || !matchUSB(r.usb, u)
+		u, ok := e.usbOf(n.sys)
+		return !ok || !matchUSB(r.USB, u)
 	}), nil
 }
 
-func matchUSB(f *usbArgs, u sysfs.USB) bool {
+func matchUSB(f *USB, u sysfs.USB) bool {
 	return (f.Vendor == "" || strings.EqualFold(u.Vendor, f.Vendor)) &&
 		(f.Product == "" || strings.EqualFold(u.Product, f.Product)) &&
 		(f.Serial == nil || u.Serial == *f.Serial)
 }
 
 // usbOf is the USB device a node hangs off, read once per command.
-func (p *plugin) usbOf(sys string) (sysfs.USB, bool) {
+func (e *Engine) usbOf(sys string) (sysfs.USB, bool) {
 	if sys == "" {
 		return sysfs.USB{}, false
 	}
-	return p.host.USBOf(sys)
+	return e.host.USBOf(sys)
 }
 
 // pathNodes lists the nodes the rule's globs match under /dev, each with
 // the device sysfs gives for its number (/sys/dev/char).
-func (p *plugin) pathNodes(r rule) ([]node, error) {
+func (e *Engine) pathNodes(r Rule) ([]node, error) {
 	var out []node
 	seen := map[string]bool{}
-	for _, g := range r.paths {
-		matches, err := filepath.Glob(p.host.Dev(g))
+	for _, g := range r.Paths {
+		matches, err := filepath.Glob(e.host.Dev(g))
 		if err != nil {
 			return nil, fmt.Errorf("glob /dev/%s: %w", g, err)
 		}
 		for _, m := range matches {
-			rel, err := filepath.Rel(p.host.Dev(""), m)
+			rel, err := filepath.Rel(e.host.Dev(""), m)
 			if err != nil || seen[rel] || strings.HasPrefix(rel, "..") {
 				continue
 			}
 			seen[rel] = true
-			out = append(out, p.pathNode(rel))
+			out = append(out, e.pathNode(rel))
 		}
 	}
 	return out, nil
 }
 
 // pathNode reads one node of a path rule.
-func (p *plugin) pathNode(devname string) node {
+func (e *Engine) pathNode(devname string) node {
 	n := node{devname: devname, name: path.Base(devname)}
 	var st unix.Stat_t
-	if err := unix.Lstat(p.host.Dev(devname), &st); err != nil {
+	if err := unix.Lstat(e.host.Dev(devname), &st); err != nil {
 		n.reason = fmt.Sprintf("/dev/%s: %v", devname, err)
 		return n
 	}
@@ -136,27 +213,27 @@ func (p *plugin) pathNode(devname string) node {
 		n.reason = "not a character device"
 		return n
 	}
-	sys, err := p.host.CharDevice(unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	sys, err := e.host.CharDevice(unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	if err != nil {
 		n.reason = fmt.Sprintf("sysfs has no device %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
 		return n
 	}
 	n.sys, n.name = sys, path.Base(sys)
-	n.class = p.host.SubsystemOf(sys)
-	n.reason = p.check(n)
+	n.class = e.host.SubsystemOf(sys)
+	n.reason = e.check(n)
 	return n
 }
 
 // classNodes lists the class devices whose names the rule's globs match,
 // with their nodes as uevent names them.
-func (p *plugin) classNodes(r rule) ([]node, error) {
+func (e *Engine) classNodes(r Rule) ([]node, error) {
 	var names []string
-	err := p.host.List(p.host.Sys("class", r.class), func(b []byte, _ uint64, _ uint8) {
+	err := e.host.List(e.host.Sys("class", r.Class), func(b []byte, _ uint64, _ uint8) {
 		name := string(b)
 		if name == "." || name == ".." {
 			return
 		}
-		for _, g := range r.names {
+		for _, g := range r.Names {
 			if ok, _ := path.Match(g, name); ok {
 				names = append(names, name)
 				return
@@ -171,18 +248,18 @@ func (p *plugin) classNodes(r rule) ([]node, error) {
 	}
 	out := make([]node, 0, len(names))
 	for _, name := range names {
-		n := node{devname: name, name: name, class: r.class}
-		sys, err := p.host.ClassDevice(r.class, name)
+		n := node{devname: name, name: name, class: r.Class}
+		sys, err := e.host.ClassDevice(r.Class, name)
 		if err != nil {
-			n.reason = fmt.Sprintf("/sys/class/%s/%s: %v", r.class, name, err)
+			n.reason = fmt.Sprintf("/sys/class/%s/%s: %v", r.Class, name, err)
 			out = append(out, n)
 			continue
 		}
 		n.sys = sys
-		if u, err := sysfs.ReadUevent(filepath.Join(p.host.Root, sys)); err == nil && u.DevName != "" {
+		if u, err := sysfs.ReadUevent(filepath.Join(e.host.Root, sys)); err == nil && u.DevName != "" {
 			n.devname = u.DevName
 		}
-		n.reason = p.check(n)
+		n.reason = e.check(n)
 		out = append(out, n)
 	}
 	return out, nil
@@ -190,8 +267,8 @@ func (p *plugin) classNodes(r rule) ([]node, error) {
 
 // check is the live check of a node: a character device with the number
 // sysfs gives; it returns why not, "" when it passes.
-func (p *plugin) check(n node) string {
-	if _, err := p.host.ResolveNode(filepath.Join(p.host.Root, n.sys), n.devname); err != nil {
+func (e *Engine) check(n node) string {
+	if _, err := e.host.ResolveNode(filepath.Join(e.host.Root, n.sys), n.devname); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "no /dev/" + n.devname
 		}
@@ -202,13 +279,13 @@ func (p *plugin) check(n node) string {
 
 // group makes a rule's nodes into units: one per node, or one per USB
 // device or PCI function (a node on neither is a unit of its own).
-func (p *plugin) group(ruleIdx int, r rule, nodes []node) []*unit {
+func (e *Engine) group(ruleIdx int, r Rule, nodes []node) []*unit {
 	slices.SortFunc(nodes, func(a, b node) int { return natCompare(a.devname, b.devname) })
 	var units []*unit
 	byDev := map[string]*unit{}
 	for _, n := range nodes {
 		u := &unit{rule: ruleIdx, nodes: []node{n}, sys: n.sys}
-		if usb, ok := p.usbOf(n.sys); ok {
+		if usb, ok := e.usbOf(n.sys); ok {
 			u.usb = &usb
 		}
 		if pc := sysfs.ParsePCIe(n.sys); len(pc.Path) > 0 {
@@ -216,9 +293,9 @@ func (p *plugin) group(ruleIdx int, r rule, nodes []node) []*unit {
 		}
 		var dev string
 		switch {
-		case r.group == groupUSB && u.usb != nil:
+		case r.Group == GroupUSB && u.usb != nil:
 			dev = u.usb.Dir
-		case r.group == groupPCI && u.pci != "":
+		case r.Group == GroupPCI && u.pci != "":
 			dev = u.pci
 		}
 		if g, ok := byDev[dev]; ok && dev != "" {
@@ -231,7 +308,7 @@ func (p *plugin) group(ruleIdx int, r rule, nodes []node) []*unit {
 		units = append(units, u)
 	}
 	for _, u := range units {
-		u.key = u.baseKey(r.group)
+		u.key = u.baseKey(r.Group)
 		for _, n := range u.nodes {
 			if n.reason != "" {
 				u.reason = "/dev/" + n.devname + ": " + n.reason
@@ -250,7 +327,7 @@ func (p *plugin) group(ruleIdx int, r rule, nodes []node) []*unit {
 // nodes of one device).
 func (u *unit) baseKey(group string) string {
 	switch {
-	case u.usb != nil && group != groupPCI:
+	case u.usb != nil && group != GroupPCI:
 		id := u.usb.Serial
 		if id == "" {
 			id = "port-" + u.usb.Port
@@ -264,7 +341,9 @@ func (u *unit) baseKey(group string) string {
 
 // assignKeys makes the units' keys unique: units that share one (the
 // three ttyUSB nodes of a modem, each its own unit) get "-0", "-1", ...
-// in their order, which follows their node names.
+// in their order, which follows their node names. A family's devices are
+// not given: they keep their kernel names, which the kernel makes unique
+// (no config mixes a family with other rules).
 func assignKeys(units []*unit) {
 	count := map[string]int{}
 	for _, u := range units {
