@@ -4,43 +4,32 @@ package k8se2e
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
 // TestBenchReportTargets checks make bench-k8s's targets on made-up
-// samples: the kubelet's prepare falls back to the exact means when a
-// median lies in its lowest bucket, and a ratio that could not be
-// measured is a miss. It needs no node.
+// samples: pod start one at a time and in batches against the floor
+// driver's, and the p99 of the kubelet's prepare calls to our driver in
+// batches, which is a miss when the log had none. It needs no node.
 func TestBenchReportTargets(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	// lowest is a kubelet histogram of n calls of mean sec, all in its
-	// lowest bucket (100 ms).
-	lowest := func(n int, sec float64) histogram {
-		return histogram{bounds: []float64{0.1, math.Inf(1)}, counts: []float64{float64(n), float64(n)}, sum: sec * float64(n), count: float64(n)}
+	// calls are 99 calls of 5 ms and one of worst.
+	calls := func(worst int) []time.Duration {
+		out := slices.Repeat([]time.Duration{ms(5)}, 99)
+		return append(out, ms(worst))
 	}
-	// at is a driver histogram of n calls between 5 and 10 ms (median
-	// 7.5 ms) or between 10 and 25 ms (median 17.5 ms).
-	at := func(n int, high bool) histogram {
-		h := histogram{bounds: []float64{0.005, 0.01, 0.025, math.Inf(1)}, count: float64(n)}
-		if high {
-			h.counts = []float64{0, 0, float64(n), float64(n)}
-		} else {
-			h.counts = []float64{0, float64(n), float64(n), float64(n)}
-		}
-		return h
-	}
-	mk := func(floorBatch int, ourKubelet float64, metrics bool) report {
-		r := report{runs: 1, batches: 1, size: 2, metrics: metrics, seq: map[kind]*phase{}, par: map[kind]*phase{}}
-		for k, start := range map[kind]int{noClaim: 500, ourClaim: 520, floorClaim: 510} {
-			batch := map[kind]int{noClaim: 1000, ourClaim: 1040, floorClaim: floorBatch}[k]
-			s := sample{starts: []time.Duration{ms(start)}, kubeletPrepare: lowest(1, 0.01)}
-			p := sample{starts: []time.Duration{ms(batch), ms(batch)}, all: ms(batch), kubeletPrepare: lowest(2, 0.01)}
+	lowest := histogram{bounds: []float64{0.1, math.Inf(1)}, counts: []float64{1, 1}, sum: 0.01, count: 1}
+	mk := func(seq, batch int, c []time.Duration) report {
+		r := report{runs: 1, batches: 1, size: 2, metrics: true, seq: map[kind]*phase{}, par: map[kind]*phase{}}
+		for k, start := range map[kind]int{noClaim: 500, ourClaim: seq, floorClaim: 500} {
+			all := map[kind]int{noClaim: 1000, ourClaim: batch, floorClaim: 1000}[k]
+			s := sample{starts: []time.Duration{ms(start)}, kubeletPrepare: lowest}
+			p := sample{starts: []time.Duration{ms(all), ms(all)}, all: ms(all), kubeletPrepare: lowest}
 			if k == ourClaim {
-				s.kubeletPrepare, p.kubeletPrepare = lowest(1, ourKubelet), lowest(2, ourKubelet)
-				s.driverPrepare, s.pluginADD = at(1, true), at(1, false)
-				p.driverPrepare, p.pluginADD = at(2, false), at(2, false)
+				p.calls = c
 			}
 			r.seq[k], r.par[k] = &phase{samples: []sample{s}}, &phase{samples: []sample{p}}
 		}
@@ -51,10 +40,13 @@ func TestBenchReportTargets(t *testing.T) {
 		r      report
 		misses []string // a word of each miss
 	}{
-		{"all met", mk(1000, 0.02, true), nil},
-		{"batch behind the floor's", mk(980, 0.02, true), []string{"the floor's"}},
-		{"the kubelet's prepare over 2×", mk(1000, 0.021, true), []string{"prepare, mean"}},
-		{"no metrics", mk(1000, 0.02, false), []string{"ADD"}},
+		{"all met", mk(525, 1100, calls(50)), nil},
+		{"one at a time behind the floor's", mk(526, 1000, calls(5)), []string{"one at a time"}},
+		{"a batch behind the floor's", mk(500, 1101, calls(5)), []string{"at once, all running"}},
+		// The p99 of 100 calls is the 99th: one slow call is the p100.
+		{"one slow call", mk(500, 1000, append(calls(5)[1:], ms(5), ms(400))), nil},
+		{"two slow calls", mk(500, 1000, append(calls(51)[1:], ms(60))), []string{"p99"}},
+		{"no calls logged", mk(500, 1000, nil), []string{"p99"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.r.misses()
@@ -66,9 +58,24 @@ func TestBenchReportTargets(t *testing.T) {
 					t.Errorf("miss %q, want one with %q", got[i], w)
 				}
 			}
-			if out := tc.r.String(); !strings.Contains(out, "| floor claim |") || strings.Count(out, "✓")+strings.Count(out, "✗") != 5 {
-				t.Errorf("the table has no floor column or not 5 targets:\n%s", out)
+			if out := tc.r.String(); !strings.Contains(out, "| floor claim |") || strings.Count(out, "✓")+strings.Count(out, "✗") != 3 {
+				t.Errorf("the table has no floor column or not 3 targets:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestCallsFromLog reads the driver's call lines in slog's and klog's
+// text formats, and nothing else.
+func TestCallsFromLog(t *testing.T) {
+	log := `time=x level=INFO msg=call driver=tty.cdi-exec.io method=NodePrepareResources claims=1 took=3.2ms
+time=x level=INFO msg=call driver=tty.cdi-exec.io method=NodeUnprepareResources claims=1 took=9ms
+I1129 02:00:00.000000 1 driver.go:1] "call" driver="tty.cdi-exec.io" method="NodePrepareResources" claims=2 took="41.5ms"
+time=x level=INFO msg=prepare driver=tty.cdi-exec.io took=7ms
+`
+	got := callsFromLog(t, log, "NodePrepareResources")
+	want := []time.Duration{3200 * time.Microsecond, 41500 * time.Microsecond}
+	if !slices.Equal(got, want) {
+		t.Errorf("calls %v, want %v", got, want)
 	}
 }
