@@ -5,8 +5,7 @@
 // either the group's /dev/vfio/<group> with the container /dev/vfio/vfio,
 // or, where the kernel offers iommufd, each function's
 // /dev/vfio/devices/vfio<N> with /dev/iommu. The sriov plugin's VF handout
-// and the drm plugin's whole GPUs (want_device_nodes ["vfio"] or
-// ["iommufd"]) share it.
+// and the drm plugin's whole GPUs (mode "vfio" or "iommufd") share it.
 package vfio
 
 import (

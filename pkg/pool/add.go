@@ -78,8 +78,8 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 		if err := a.publish(); err != nil {
 			return nil, err
 		}
-		res.CDIDevices = []string{p.Spec.QualifiedName(c.RequestID)}
-		res.CDIKeyDevices = p.Spec.QualifiedKeyNames(c.RequestID, specDevices(c.Env.HostRoot, a.rec.Allocations))
+		res.CDIDevices = []string{p.Spec.config().QualifiedName(c.RequestID)}
+		res.CDIKeyDevices = p.Spec.config().QualifiedKeyNames(c.RequestID, specDevices(c.Env.HostRoot, a.rec.Allocations))
 	}
 	return res, nil
 }

@@ -106,5 +106,5 @@ func (p Pool) teardown(ctx context.Context, c *skel.Call, rec *store.Record) err
 	if p.Setup == nil {
 		return nil
 	}
-	return p.Setup.Teardown(ctx, c, rec)
+	return p.Setup.Teardown(ctx, c, recordView(rec))
 }

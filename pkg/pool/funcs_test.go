@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 
-	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
 	"github.com/cdi-exec/plugins/pkg/skel"
@@ -31,14 +30,14 @@ func (f resolveFunc) Resolve() ([]string, error) { return f() }
 // setupFuncs is a Setup; a nil teardown tears nothing down.
 type setupFuncs struct {
 	handout  func(ctx context.Context, c *skel.Call, item request.Item, chosen []Device) (Handout, error)
-	teardown func(ctx context.Context, c *skel.Call, rec *store.Record) error
+	teardown func(ctx context.Context, c *skel.Call, rec Record) error
 }
 
 func (s setupFuncs) Handout(ctx context.Context, c *skel.Call, item request.Item, chosen []Device) (Handout, error) {
 	return s.handout(ctx, c, item, chosen)
 }
 
-func (s setupFuncs) Teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
+func (s setupFuncs) Teardown(ctx context.Context, c *skel.Call, rec Record) error {
 	if s.teardown == nil {
 		return nil
 	}

@@ -18,7 +18,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cdi-exec/plugins/internal/cdispec"
+	"github.com/cdi-exec/plugins/internal/alloc"
 	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
@@ -31,11 +31,15 @@ import (
 // undoing the setup of a failed ADD, so that it is never left half done.
 const HoldLimit = 20 * time.Second
 
+// UnknownNUMA is the NUMA node of a device whose node is not known (a
+// host without NUMA, a device on no PCI function).
+const UnknownNUMA = alloc.Unknown
+
 // Device is a usable device present on the host.
 type Device struct {
 	Key   string   // stable identity across reboots (PCI address, tty name)
 	Index int      // preference order; lower first
-	NUMA  int      // NUMA node or alloc.Unknown
+	NUMA  int      // NUMA node or UnknownNUMA
 	Nodes []string // container-facing device node paths, in handout order
 	// Live, when set, checks the device live as it is handed out and
 	// gives its final node paths; discovery (or a cache) gives nodes by
@@ -45,8 +49,10 @@ type Device struct {
 	// Dir is the device's sysfs directory on the host, when discovery
 	// has it, for a Placer.
 	Dir string
-	// PCIe is the device's place in the PCIe tree (alloc.Candidate.PCIe),
-	// filled in from the Placer when the choice needs it.
+	// PCIe is the device's place in the PCIe tree: its root complex as
+	// the kernel names it ("pci0000:00"), then the PCI functions from the
+	// root port down to the device's own (or the one it hangs off); nil
+	// when unknown. Filled in from the Placer when the choice needs it.
 	PCIe   []string
 	placed bool
 }
@@ -77,9 +83,9 @@ type Counter interface {
 }
 
 // Placer reads where a device sits: its NUMA node and its PCIe chain
-// (alloc.Candidate.PCIe). ADD asks only when the choice depends on place
-// (alloc.NeedsPlace), and for the devices it hands out, so INFO and
-// single-device ADDs do not pay for it.
+// (as Device.PCIe). ADD asks only when the choice depends on place (more
+// than one device, or a NUMA request), and for the devices it hands out,
+// so INFO and single-device ADDs do not pay for it.
 type Placer interface {
 	Place(ctx context.Context, c *skel.Call, d Device) (numa int, pcie []string)
 }
@@ -94,10 +100,43 @@ type Lister interface {
 // turns the devices chosen for one request item into the nodes handed
 // out, with an undo that ADD calls if it fails later; the devices' live
 // check is then the plugin's. Teardown runs before a record is deleted by
-// DEL or GC; its error is reported, and the record is deleted anyway.
+// DEL or GC, with what the record holds; its error is reported, and the
+// record is deleted anyway.
 type Setup interface {
 	Handout(ctx context.Context, c *skel.Call, item request.Item, chosen []Device) (Handout, error)
-	Teardown(ctx context.Context, c *skel.Call, rec *store.Record) error
+	Teardown(ctx context.Context, c *skel.Call, rec Record) error
+}
+
+// Record is what a request-id holds in a plugin, as Setup.Teardown sees
+// it before it is freed.
+type Record struct {
+	ID   string // the request-id
+	Type string // the resource type it was allocated under
+	// Owner is the CDI_REQUEST_OWNER of its first ADD ("kubernetes" for
+	// the Kubernetes modes); "" when the caller named none.
+	Owner       string
+	Allocations []Allocation // one per request item, in the order made
+}
+
+// Allocation is what one request item of a Record holds.
+type Allocation struct {
+	Spec string   // the item's resource-spec (request.Item.Spec.String())
+	Keys []string // the devices' keys, in handout order (ShareKey for a share)
+	// Delegate is the plugin chain-loaded for it (Handout.Delegate), or "".
+	Delegate string
+}
+
+// recordView is what Setup.Teardown sees of rec.
+func recordView(rec *store.Record) Record {
+	r := Record{ID: rec.ID, Type: rec.Type, Owner: rec.Owner, Allocations: make([]Allocation, len(rec.Allocations))}
+	for i, a := range rec.Allocations {
+		keys := make([]string, len(a.Devices))
+		for j, d := range a.Devices {
+			keys[j] = d.Key
+		}
+		r.Allocations[i] = Allocation{Spec: a.Spec, Keys: keys, Delegate: a.Delegate}
+	}
+	return r
 }
 
 // Permitter gives the CDI device-node permissions ("rw", "rwm") of a
@@ -121,8 +160,8 @@ type Pool struct {
 	// Name is the plugin's binary name; the store is <Name>.db.
 	Name string
 	// Spec, when set, publishes allocations as CDI spec files (the
-	// cdi_spec arg, docs/cdi-bridge.md).
-	Spec *cdispec.Config
+	// cdi_spec arg that Args returns, docs/cdi-bridge.md).
+	Spec *Spec
 	// Strict makes a requested NUMA locality mandatory (code 105).
 	Strict bool
 	// Shared lists, in handout order, host-wide nodes that a device's
@@ -202,7 +241,7 @@ func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
 	if _, err := store.Probe(store.Path(c.Env.StateDir, p.Name)); err != nil {
 		return nil, storeError(err)
 	}
-	if p.Spec.CheckHost(c.Env.HostRoot) != nil {
+	if p.Spec.config().CheckHost(c.Env.HostRoot) != nil {
 		return map[string]int{c.Config.Type: 0}, nil // ADD would refuse to publish: DEVICES says why
 	}
 	if p.Counter != nil {
@@ -247,7 +286,7 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 	if err != nil {
 		return nil, discoveryError(c, err)
 	}
-	if err := p.Spec.CheckHost(c.Env.HostRoot); err != nil {
+	if err := p.Spec.config().CheckHost(c.Env.HostRoot); err != nil {
 		for i := range devs {
 			if devs[i].Usable {
 				devs[i].Usable, devs[i].Reason = false, err.Error()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -386,7 +387,8 @@ type recorder struct {
 	calls    []*skel.Call
 	undone   []string
 	torn     []string
-	failItem int // Handout fails for this item (1-based); 0 never
+	recs     []Record // what each teardown was given
+	failItem int      // Handout fails for this item (1-based); 0 never
 	block    bool
 	deadline time.Time // of the context Handout got
 }
@@ -414,9 +416,10 @@ func (r *recorder) handout(ctx context.Context, c *skel.Call, item request.Item,
 	}}, nil
 }
 
-func (r *recorder) teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
+func (r *recorder) teardown(ctx context.Context, c *skel.Call, rec Record) error {
 	r.calls = append(r.calls, c)
 	r.torn = append(r.torn, rec.ID)
+	r.recs = append(r.recs, rec)
 	if r.block {
 		<-ctx.Done()
 		return ctx.Err()
@@ -433,6 +436,7 @@ func TestHooks(t *testing.T) {
 	e.pool.Setup = setupFuncs{r.handout, r.teardown}
 
 	c := e.call(protocol.CmdAdd, "a", "gpu:1,gpu-mem:2", nil)
+	c.Owner = "kubernetes"
 	res, err := e.pool.Add(context.Background(), c)
 	if err != nil || !slices.Equal(res.Devices, []string{"/dev/set-up-g0", "/dev/set-up-g1", "/dev/set-up-g2"}) {
 		t.Fatalf("ADD with Handout = %v, %v", res, err)
@@ -467,6 +471,15 @@ func TestHooks(t *testing.T) {
 	c = e.call(protocol.CmdDel, "a", "", nil)
 	if err := e.pool.Del(context.Background(), c); err != nil || !slices.Equal(r.torn, []string{"a"}) || r.calls[0] != c {
 		t.Errorf("DEL: %v, torn down %v", err, r.torn)
+	}
+	// Teardown sees the record: id, type, owner, and each item's keys
+	// and delegate.
+	want := Record{ID: "a", Type: "gpu", Owner: "kubernetes", Allocations: []Allocation{
+		{Spec: "gpu", Keys: []string{"g0"}, Delegate: "helper"},
+		{Spec: "gpu-mem", Keys: []string{"g1", "g2"}, Delegate: "helper"},
+	}}
+	if len(r.recs) != 1 || !reflect.DeepEqual(r.recs[0], want) {
+		t.Errorf("Teardown got %+v; want %+v", r.recs, want)
 	}
 	r.failItem = 0
 	for _, id := range []string{"bad", "good"} {
@@ -593,7 +606,7 @@ func (e *env) owner() cdispec.Owner {
 
 func (e *env) specNodes(id string) []string {
 	e.t.Helper()
-	b, err := os.ReadFile(e.pool.Spec.Path(e.owner(), id))
+	b, err := os.ReadFile(e.pool.Spec.config().Path(e.owner(), id))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -628,27 +641,27 @@ func TestPublish(t *testing.T) {
 	}
 
 	// A replay rewrites a spec that is missing (a crash after the commit).
-	os.Remove(e.pool.Spec.Path(e.owner(), "a"))
+	os.Remove(e.pool.Spec.config().Path(e.owner(), "a"))
 	if _, err := e.add("a", "gpu:2"); err != nil || e.specNodes("a") == nil {
 		t.Errorf("replay did not rewrite the spec: %v", err)
 	}
 
 	// An orphan (a crash after a DEL's commit) goes at the next ADD;
 	// another store's file of the same kind stays.
-	if err := e.pool.Spec.Write(e.owner(), "ghost", nil, nil); err != nil {
+	if err := e.pool.Spec.config().Write(e.owner(), "ghost", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	other := cdispec.Owner{Plugin: "fake", Store: "0123"}
-	if err := e.pool.Spec.Write(other, "elsewhere", nil, nil); err != nil {
+	if err := e.pool.Spec.config().Write(other, "elsewhere", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.add("b", "gpu:1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(e.pool.Spec.Path(e.owner(), "ghost")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(e.pool.Spec.config().Path(e.owner(), "ghost")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("orphan kept: %v", err)
 	}
-	if _, err := os.Stat(e.pool.Spec.Path(other, "elsewhere")); err != nil {
+	if _, err := os.Stat(e.pool.Spec.config().Path(other, "elsewhere")); err != nil {
 		t.Errorf("another store's spec removed: %v", err)
 	}
 
@@ -675,7 +688,7 @@ func TestPublishFailure(t *testing.T) {
 	if err := os.WriteFile(blocked, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.pool.Spec.Dir = blocked
+	e.pool.Spec.c.Dir = blocked
 	if _, err := e.add("a", "gpu:1,gpu-mem:1"); code(err) != protocol.CodeSetup {
 		t.Errorf("ADD with an unwritable spec dir: %v", err)
 	}
@@ -712,7 +725,7 @@ func TestArgs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		spec, err := Args(protocol.Config{Args: []byte(tt.args)}, &a)
-		if (err == nil) != tt.ok || tt.ok && (spec == nil) != (tt.kind == "") || spec != nil && spec.Kind != tt.kind {
+		if (err == nil) != tt.ok || tt.ok && (spec == nil) != (tt.kind == "") || spec != nil && spec.Kind() != tt.kind {
 			t.Errorf("Args(%s) = %+v, %v", tt.args, spec, err)
 		}
 	}

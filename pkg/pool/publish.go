@@ -16,7 +16,7 @@ import (
 // a spec claiming free devices. If the spec cannot be written, the
 // allocations this call made are taken back and their setup undone.
 func (a *adder) publish() error {
-	spec, c, st := a.pool.Spec, a.call, a.st
+	spec, c, st := a.pool.Spec.config(), a.call, a.st
 	allocs := make([]store.Allocation, len(a.rec.Allocations))
 	for i, al := range a.rec.Allocations {
 		allocs[i] = a.current(al) // a replay publishes the nodes it answers
@@ -147,7 +147,7 @@ func (p Pool) owner(st *store.Store) cdispec.Owner {
 func (p Pool) removeOrphans(st *store.Store, c *skel.Call) {
 	_ = st.View(func(tx *store.Tx) error {
 		o := cdispec.Owner{Plugin: p.Name, Store: tx.ID()}
-		ids, err := p.Spec.Orphans(o, func(id string) bool {
+		ids, err := p.Spec.config().Orphans(o, func(id string) bool {
 			r, err := tx.Get(id)
 			return err != nil || r != nil
 		})
@@ -155,7 +155,7 @@ func (p Pool) removeOrphans(st *store.Store, c *skel.Call) {
 			c.Warnf("looking for orphaned CDI specs: %v", err)
 		}
 		for _, id := range ids {
-			if err := p.Spec.Remove(o, id); err != nil {
+			if err := p.Spec.config().Remove(o, id); err != nil {
 				c.Warnf("removing orphaned CDI spec: %v", err)
 			}
 		}
@@ -173,7 +173,7 @@ func (p Pool) unpublish(st *store.Store, c *skel.Call, id string) {
 
 // removeSpec removes o's spec file of a request; specs are published.
 func (p Pool) removeSpec(c *skel.Call, o cdispec.Owner, id string) {
-	if err := p.Spec.Remove(o, id); err != nil {
+	if err := p.Spec.config().Remove(o, id); err != nil {
 		c.Warnf("removing CDI spec: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,6 +35,95 @@ func TestArgs(t *testing.T) {
 		f, strict, err := decode(tt.raw)
 		if (err == nil) != tt.ok || strict != tt.strict {
 			t.Errorf("%s: %+v %v %v", tt.raw, f, strict, err)
+		}
+	}
+}
+
+// TestMode: the mode arg, and each shape of want_device_nodes with and
+// without it. Without mode, an old config keeps the meaning its shape
+// had; with it, a want_device_nodes that fits another mode is refused,
+// naming both settings.
+func TestMode(t *testing.T) {
+	tests := []struct {
+		args string
+		mode string   // "" for refused
+		want []string // DRM node kinds handed out
+	}{
+		// Without mode: the shapes of old configs, each as it was.
+		{`{}`, modeDRM, []string{"primary", "render"}},
+		{`{"want_device_nodes":null}`, modeDRM, []string{"primary", "render"}},
+		{`{"want_device_nodes":["primary"]}`, modeDRM, []string{"primary"}},
+		{`{"want_device_nodes":["render","primary","control"]}`, modeDRM, []string{"render", "primary", "control"}},
+		{`{"want_device_nodes":[]}`, modeCompute, nil},
+		{`{"want_device_nodes":["vfio"]}`, modeVFIO, nil},
+		{`{"want_device_nodes":["iommufd"]}`, modeIOMMUFD, nil},
+		{`{"want_device_nodes":["vfio","render"]}`, "", nil},
+		{`{"want_device_nodes":["vfio","iommufd"]}`, "", nil},
+		{`{"mode":"","want_device_nodes":[]}`, modeCompute, nil},
+		{`{"want_device_nodes":[],"companion_nodes":"none"}`, "", nil},
+		{`{"want_device_nodes":["card"]}`, "", nil},
+		// mode "drm".
+		{`{"mode":"drm"}`, modeDRM, []string{"primary", "render"}},
+		{`{"mode":"drm","want_device_nodes":["render"]}`, modeDRM, []string{"render"}},
+		{`{"mode":"drm","want_device_nodes":[]}`, "", nil},
+		{`{"mode":"drm","want_device_nodes":["vfio"]}`, "", nil},
+		{`{"mode":"drm","want_device_nodes":["iommufd"]}`, "", nil},
+		{`{"mode":"drm","want_device_nodes":["render","vfio"]}`, "", nil},
+		// mode "nvidia-compute".
+		{`{"mode":"nvidia-compute"}`, modeCompute, nil},
+		{`{"mode":"nvidia-compute","want_device_nodes":[]}`, modeCompute, nil},
+		{`{"mode":"nvidia-compute","want_device_nodes":["primary"]}`, "", nil},
+		{`{"mode":"nvidia-compute","want_device_nodes":["vfio"]}`, "", nil},
+		{`{"mode":"nvidia-compute","companion_nodes":"none"}`, "", nil},
+		// The VFIO modes.
+		{`{"mode":"vfio"}`, modeVFIO, nil},
+		{`{"mode":"vfio","want_device_nodes":["vfio"]}`, modeVFIO, nil},
+		{`{"mode":"vfio","want_device_nodes":["iommufd"]}`, "", nil},
+		{`{"mode":"vfio","want_device_nodes":[]}`, "", nil},
+		{`{"mode":"vfio","want_device_nodes":["primary","render"]}`, "", nil},
+		{`{"mode":"iommufd"}`, modeIOMMUFD, nil},
+		{`{"mode":"iommufd","want_device_nodes":["iommufd"]}`, modeIOMMUFD, nil},
+		{`{"mode":"iommufd","want_device_nodes":["vfio"]}`, "", nil},
+		{`{"mode":"iommufd","want_device_nodes":["render"]}`, "", nil},
+		// No such mode.
+		{`{"mode":"compute"}`, "", nil},
+		{`{"mode":"DRM"}`, "", nil},
+		{`{"mode":["drm"]}`, "", nil},
+	}
+	for _, tt := range tests {
+		f, _, err := decode(tt.args)
+		if tt.mode == "" {
+			if err == nil {
+				t.Errorf("%s: accepted as %+v; want refused", tt.args, f)
+				continue
+			}
+			// The error names every setting the config sets, and the
+			// mode, set or not.
+			for _, setting := range []string{"mode", "want_device_nodes", "companion_nodes"} {
+				if (setting == "mode" || strings.Contains(tt.args, `"`+setting+`"`)) && !strings.Contains(err.Error(), setting) {
+					t.Errorf("%s: %v; want an error naming %s", tt.args, err, setting)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.args, err)
+			continue
+		}
+		var got string
+		switch {
+		case f.compute:
+			got = modeCompute
+		case f.vfio != "":
+			got = f.vfio
+		default:
+			got = modeDRM
+		}
+		if got != tt.mode || !slices.Equal(f.want, tt.want) || f.compute && f.vfio != "" {
+			t.Errorf("%s: mode %s, nodes %q (compute %v, vfio %q); want mode %s, nodes %q", tt.args, got, f.want, f.compute, f.vfio, tt.mode, tt.want)
+		}
+		if (got == modeDRM) != (sourceOf(&plugin{filter: f}) == nil) {
+			t.Errorf("%s: mode %s has source %v", tt.args, got, sourceOf(&plugin{filter: f}))
 		}
 	}
 }

@@ -12,12 +12,10 @@ import (
 	"strings"
 
 	"github.com/cdi-exec/plugins/internal/sysfs"
-	"github.com/cdi-exec/plugins/pkg/pool"
-	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
 )
 
-// Compute mode (want_device_nodes []): NVIDIA GPUs handed out without DRM
+// Compute mode (mode "nvidia-compute"): NVIDIA GPUs handed out without DRM
 // nodes, as NVIDIA's own device plugin and DRA driver hand them out, so
 // that a node without nvidia-drm (the usual cloud GPU node) has GPUs
 // (docs/plugins.md#nvidia-compute-without-drm). The GPUs are those the
@@ -84,16 +82,12 @@ func nvidiaUUID(h *sysfs.Host, addr string) string {
 	return in.uuid
 }
 
-// computeGPU is one GPU the NVIDIA driver lists, as a compute config sees
-// it.
-type computeGPU struct {
-	fact   fact
-	info   nvidiaInfo
-	reason string // "" when usable
-}
+// computeSource is the source of mode nvidia-compute: the GPUs the
+// NVIDIA driver lists.
+type computeSource struct{ p *plugin }
 
-// node is the GPU's own node, "/dev/nvidia<minor>".
-func (g *computeGPU) node() string { return "/dev/nvidia" + strconv.Itoa(g.info.minor) }
+// nvidiaNode is the node of the GPU of an NVIDIA minor, "/dev/nvidia<minor>".
+func nvidiaNode(minor int) string { return "/dev/nvidia" + strconv.Itoa(minor) }
 
 // nvidiaAddrs lists the PCI addresses the NVIDIA driver lists, sorted; none
 // when the driver is not loaded.
@@ -120,110 +114,59 @@ func pciAddrsIn(h *sysfs.Host, dir string) ([]string, error) {
 	return out, nil
 }
 
-// computeGPUs reads every GPU the NVIDIA driver lists, judged by the
-// config, skipping those skip says (held by another request).
-func (p *plugin) computeGPUs(skip func(key string) bool) ([]computeGPU, error) {
-	addrs, err := nvidiaAddrs(&p.host)
-	if err != nil {
-		return nil, err
+// addrs implements source.
+func (s computeSource) addrs() ([]string, error) { return nvidiaAddrs(&s.p.host) }
+
+// uuid implements source: from the information file, read again when
+// the GPU was judged before it was read.
+func (s computeSource) uuid(c *candidate) string {
+	if c.uuid != "" {
+		return c.uuid
 	}
-	out := make([]computeGPU, 0, len(addrs))
-	for _, addr := range addrs {
-		if skip != nil && skip(addr) {
-			continue
-		}
-		out = append(out, p.computeGPU(addr))
-	}
-	return out, nil
+	return nvidiaUUID(&s.p.host, c.fact.key())
 }
 
-// computeGPU reads and judges one GPU.
-func (p *plugin) computeGPU(addr string) computeGPU {
-	g := computeGPU{fact: fact{flags: isPCI, numa: -1}, info: nvidiaInfo{minor: -1}}
+// read implements source: one GPU the driver lists, preferred by its
+// minor, handed out as its /dev/nvidia<minor>.
+func (s computeSource) read(addr string, _ int) (candidate, bool) {
+	p := s.p
+	c := candidate{fact: fact{flags: isPCI, numa: -1}, index: -1}
 	sys, err := p.host.Resolve(p.host.PCIDir(addr))
 	if err != nil {
-		g.fact.sys = "/sys/bus/pci/devices/" + addr
-		g.fact.flags |= gone
-		g.reason = "no PCI function " + addr + " in /sys/bus/pci/devices"
-		return g
+		c.fact.sys = "/sys/bus/pci/devices/" + addr
+		c.fact.flags |= gone
+		c.reason = "no PCI function " + addr + " in /sys/bus/pci/devices"
+		return c, true
 	}
-	g.fact.sys = sys
+	c.fact.sys = sys
 	if dir, err := sysfs.OpenDir(p.host.Path(sys)); err == nil {
-		g.fact.readPCI(dir, true)
+		c.fact.readPCI(dir, true)
 		dir.Close()
 	} else {
-		g.fact.flags |= gone
+		c.fact.flags |= gone
 	}
-	if g.reason = p.filter.check(&g.fact, addr); g.reason != "" {
-		return g
+	if c.reason = p.filter.check(&c.fact, addr); c.reason != "" {
+		return c, true
 	}
-	if g.fact.flags&byNVIDIA == 0 {
-		g.reason = "not bound to the nvidia driver"
-		return g
+	if c.fact.flags&byNVIDIA == 0 {
+		c.reason = "not bound to the nvidia driver"
+		return c, true
 	}
-	g.info, err = readNVIDIAInfo(&p.host, addr)
+	info, err := readNVIDIAInfo(&p.host, addr)
+	c.uuid = info.uuid
 	switch {
 	case err != nil:
-		g.reason = fmt.Sprintf("reading /proc/driver/nvidia/gpus/%s/information: %v", addr, err)
-	case g.info.minor < 0:
-		g.reason = fmt.Sprintf("/proc/driver/nvidia/gpus/%s/information has no Device Minor", addr)
-	case !p.host.NodeExists("nvidia" + strconv.Itoa(g.info.minor)):
-		g.reason = g.node() + " missing from /dev"
+		c.reason = fmt.Sprintf("reading /proc/driver/nvidia/gpus/%s/information: %v", addr, err)
+	case info.minor < 0:
+		c.reason = fmt.Sprintf("/proc/driver/nvidia/gpus/%s/information has no Device Minor", addr)
+	case !p.host.NodeExists("nvidia" + strconv.Itoa(info.minor)):
+		c.reason = nvidiaNode(info.minor) + " missing from /dev"
+	default:
+		node := nvidiaNode(info.minor)
+		c.index, c.nodes = info.minor, []string{node}
+		c.live = &liveCompute{p: p, ft: c.fact, node: node}
 	}
-	return g
-}
-
-// computeDevice is the pool device of a usable GPU.
-func (p *plugin) computeDevice(g *computeGPU) pool.Device {
-	return pool.Device{Key: g.fact.key(), Index: g.info.minor, NUMA: g.fact.numa, Nodes: []string{g.node()},
-		Live: &liveCompute{p: p, ft: &g.fact, node: g.node()}, Dir: p.host.Path(g.fact.sys)}
-}
-
-// discoverCompute is Discover in compute mode.
-func (p *plugin) discoverCompute(scan pool.Scan) ([]pool.Device, error) {
-	if scan.Rescan {
-		p.host.Forget()
-	}
-	gpus, err := p.computeGPUs(scan.Skipped)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]pool.Device, 0, len(gpus))
-	for i := range gpus {
-		if gpus[i].reason == "" {
-			out = append(out, p.computeDevice(&gpus[i]))
-		}
-	}
-	return out, nil
-}
-
-// inventoryCompute is Inventory in compute mode: every GPU the NVIDIA
-// driver lists, with its UUID.
-func (p *plugin) inventoryCompute() ([]protocol.DeviceInfo, error) {
-	gpus, err := p.computeGPUs(nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]protocol.DeviceInfo, len(gpus))
-	for i := range gpus {
-		g := &gpus[i]
-		addr := g.fact.key()
-		nodes := []string{}
-		if g.reason == "" {
-			var err error
-			if nodes, err = p.computeDevice(g).Live.Resolve(); err != nil {
-				g.reason, nodes = err.Error(), []string{}
-			}
-		}
-		if g.info.uuid == "" {
-			g.info.uuid = nvidiaUUID(&p.host, addr)
-		}
-		pcie := sysfs.ParsePCIe(g.fact.sys)
-		out[i] = protocol.DeviceInfo{Key: addr, Nodes: nodes, NUMA: g.fact.numa, Usable: g.reason == "", Reason: g.reason,
-			VendorID: g.fact.vendor, DeviceID: g.fact.device, UUID: g.info.uuid,
-			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(addr), PCIeSwitch: pcie.Switch(addr)}
-	}
-	return out, nil
+	return c, true
 }
 
 // liveCompute is the live check of a GPU handed out in compute mode: its
@@ -232,13 +175,13 @@ func (p *plugin) inventoryCompute() ([]protocol.DeviceInfo, error) {
 // that exist) are the character devices the kernel describes.
 type liveCompute struct {
 	p    *plugin
-	ft   *fact
+	ft   fact
 	node string
 }
 
 // Resolve implements pool.Resolver.
 func (g *liveCompute) Resolve() ([]string, error) {
-	nodes, err := g.p.companions.of(g.ft)
+	nodes, err := g.p.companions.of(&g.ft)
 	if err != nil {
 		return nil, err
 	}

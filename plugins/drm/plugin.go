@@ -20,6 +20,7 @@ var about = skel.About{Name: name, Summary: "hands whole GPUs to containers as t
 
 // args are the drm plugin's config args (docs/plugins.md).
 type args struct {
+	Mode              string   `json:"mode"`
 	WantDeviceNodes   []string `json:"want_device_nodes"`
 	VendorIDWhitelist []string `json:"vendorid_whitelist"`
 	DeviceIDWhitelist []string `json:"deviceid_whitelist"`
@@ -37,11 +38,11 @@ type filter struct {
 	addrs   map[string]bool // nil for any (VFs then excluded)
 	// companions hands out each GPU's vendor nodes (companion_nodes "auto").
 	companions bool
-	// compute hands out NVIDIA GPUs without DRM nodes (want_device_nodes
-	// []): compute.go.
+	// compute hands out NVIDIA GPUs without DRM nodes (mode
+	// "nvidia-compute"): compute.go.
 	compute bool
-	// vfio, "vfio" or "iommufd", hands out GPUs bound to vfio-pci with
-	// their IOMMU group: vfio.go.
+	// vfio, "vfio" or "iommufd" (the mode), hands out GPUs bound to
+	// vfio-pci with their IOMMU group: vfio.go.
 	vfio string
 }
 
@@ -72,28 +73,106 @@ func makePlugin(root, stateDir string, f filter) *plugin {
 	p := &plugin{host: sysfs.Host{Root: root}, filter: f}
 	p.cache = newCache(stateDir, &p.host)
 	p.companions.host = &p.host
+	p.src = sourceOf(p)
 	return p
 }
 
+// The drm plugin's modes (the mode arg, docs/plugins.md#drm): a GPU's
+// DRM nodes (the default), an NVIDIA GPU's /dev/nvidia<minor> without
+// DRM nodes (compute.go), or a GPU bound to vfio-pci by its IOMMU group,
+// as its group node or its iommufd device nodes (vfio.go).
+const (
+	modeDRM     = "drm"
+	modeCompute = "nvidia-compute"
+	modeVFIO    = vfioGroup
+	modeIOMMUFD = vfioIOMMUFD
+)
+
+// oldMode is the mode of a config without the mode arg, written when the
+// shape of want_device_nodes chose it: [] NVIDIA compute, ["vfio"] or
+// ["iommufd"] VFIO, anything else (omitted too) DRM. Each shape keeps its
+// meaning; one that fits no mode is refused by validate, never read as
+// another.
+func oldMode(want []string) string {
+	switch {
+	case want == nil:
+		return modeDRM
+	case len(want) == 0:
+		return modeCompute
+	case len(want) == 1 && (want[0] == vfioGroup || want[0] == vfioIOMMUFD):
+		return want[0]
+	}
+	return modeDRM
+}
+
+// wantNodes checks want_device_nodes against the mode and returns the DRM
+// node kinds to hand out: under mode "drm" a non-empty list of distinct
+// kinds (omitted: primary and render); under the other modes none, and
+// the arg left out (or the old shape that meant the same mode).
+func wantNodes(mode string, set bool, want []string) ([]string, error) {
+	of := modeName(mode, set, want)
+	misfit := func(why string, args ...any) error {
+		return fmt.Errorf("want_device_nodes %q does not fit %s: %s", want, of, fmt.Sprintf(why, args...))
+	}
+	switch mode {
+	case modeDRM:
+		if want == nil {
+			return []string{sysfs.Primary, sysfs.Render}, nil
+		}
+		if len(want) == 0 {
+			return nil, misfit("name the DRM nodes to hand out (%q, %q, %q), or set mode %q for NVIDIA GPUs without them", sysfs.Primary, sysfs.Render, sysfs.Control, modeCompute)
+		}
+		for i, k := range want {
+			switch k {
+			case sysfs.Primary, sysfs.Render, sysfs.Control:
+			case vfioGroup, vfioIOMMUFD:
+				return nil, misfit("%q is no DRM node but a mode of its own: set mode %q and leave want_device_nodes out", k, k)
+			default:
+				return nil, misfit("unknown node type %q; want %q, %q or %q", k, sysfs.Primary, sysfs.Render, sysfs.Control)
+			}
+			if slices.Contains(want[:i], k) {
+				return nil, fmt.Errorf("want_device_nodes: %q listed twice", k)
+			}
+		}
+		return want, nil
+	case modeCompute, modeVFIO, modeIOMMUFD:
+		switch m := oldMode(want); {
+		case want == nil || m == mode:
+			return nil, nil
+		case m != modeDRM:
+			return nil, misfit("without mode it means mode %q; leave want_device_nodes out", m)
+		}
+		return nil, misfit("mode %q hands out no DRM nodes; leave want_device_nodes out", mode)
+	}
+	return nil, fmt.Errorf("mode: %q is none of %q, %q, %q, %q", mode, modeDRM, modeCompute, modeVFIO, modeIOMMUFD)
+}
+
+// modeName names a config's mode in an error: as set, or as read from
+// want_device_nodes in a config without it.
+func modeName(mode string, set bool, want []string) string {
+	switch {
+	case set:
+		return fmt.Sprintf("mode %q", mode)
+	case want == nil:
+		return fmt.Sprintf("mode %q (the default)", mode)
+	}
+	return fmt.Sprintf("mode %q (mode left out, read from want_device_nodes)", mode)
+}
+
 func (a args) validate() (filter, bool, error) {
-	f := filter{want: a.WantDeviceNodes}
-	if f.want == nil {
-		f.want = []string{sysfs.Primary, sysfs.Render}
+	var f filter
+	mode := a.Mode
+	if mode == "" {
+		mode = oldMode(a.WantDeviceNodes)
 	}
-	f.compute = len(f.want) == 0
-	if slices.Contains(f.want, vfioGroup) || slices.Contains(f.want, vfioIOMMUFD) {
-		if len(f.want) != 1 {
-			return f, false, fmt.Errorf("want_device_nodes: %q and %q hand out a GPU bound to vfio-pci by its IOMMU group, and stand alone; got %q", vfioGroup, vfioIOMMUFD, f.want)
-		}
-		f.vfio, f.want = f.want[0], nil
+	want, err := wantNodes(mode, a.Mode != "", a.WantDeviceNodes)
+	if err != nil {
+		return f, false, err
 	}
-	for i, k := range f.want {
-		if k != sysfs.Primary && k != sysfs.Render && k != sysfs.Control {
-			return f, false, fmt.Errorf("want_device_nodes: unknown node type %q; want %q, %q or %q, or alone %q or %q", k, sysfs.Primary, sysfs.Render, sysfs.Control, vfioGroup, vfioIOMMUFD)
-		}
-		if slices.Contains(f.want[:i], k) {
-			return f, false, fmt.Errorf("want_device_nodes: %q listed twice", k)
-		}
+	f.want = want
+	f.compute = mode == modeCompute
+	if mode == modeVFIO || mode == modeIOMMUFD {
+		f.vfio = mode
 	}
 	for _, k := range f.want {
 		f.wants[kindOf(k)] = true
@@ -103,12 +182,11 @@ func (a args) validate() (filter, bool, error) {
 		f.companions = f.vfio == "" // a VM's GPU brings no host driver's nodes
 	case companionsNone:
 		if f.compute {
-			return f, false, fmt.Errorf("want_device_nodes [] with companion_nodes %q hands out nothing: [] asks for NVIDIA GPUs by their /dev/nvidia<minor>, a companion node", companionsNone)
+			return f, false, fmt.Errorf("%s with companion_nodes %q hands out nothing: that mode hands out NVIDIA GPUs by their /dev/nvidia<minor>, a companion node", modeName(mode, a.Mode != "", a.WantDeviceNodes), companionsNone)
 		}
 	default:
 		return f, false, fmt.Errorf("companion_nodes: %q is neither %q nor %q", a.CompanionNodes, companionsAuto, companionsNone)
 	}
-	var err error
 	if f.vendors, err = sysfs.IDSet("vendorid_whitelist", a.VendorIDWhitelist); err != nil {
 		return f, false, err
 	}
@@ -128,16 +206,16 @@ type plugin struct {
 	filter     filter
 	cache      cache.Cache
 	companions companions
+	// src lists and reads the GPUs of a mode without DRM nodes (source.go);
+	// nil in mode "drm", whose GPUs come from the facts and their cache.
+	src source
 }
 
 // Discover returns the usable devices, from the cache when it is fresh.
 // Each carries a live check (liveGPU) for when it is handed out.
 func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
-	if p.filter.compute {
-		return p.discoverCompute(scan)
-	}
-	if p.filter.vfio != "" {
-		return p.discoverVFIO(scan)
+	if p.src != nil {
+		return p.discoverSource(scan)
 	}
 	facts, err := p.facts(true, scan.Rescan)
 	if err != nil {
@@ -166,7 +244,7 @@ func (p *plugin) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 // node kind only reads them off the cache's tally; others count the facts;
 // the compute and VFIO modes discover.
 func (p *plugin) Capacity(ctx context.Context, c *skel.Call) (int, error) {
-	if p.filter.compute || p.filter.vfio != "" { // no cache: count what ADD would find
+	if p.src != nil { // no cache: count what ADD would find
 		devs, err := p.Discover(ctx, c, pool.Scan{})
 		return len(devs), err
 	}
@@ -190,11 +268,8 @@ func (p *plugin) Capacity(ctx context.Context, c *skel.Call) (int, error) {
 }
 
 func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {
-	if p.filter.compute {
-		return p.inventoryCompute()
-	}
-	if p.filter.vfio != "" {
-		return p.inventoryVFIO()
+	if p.src != nil {
+		return p.inventorySource()
 	}
 	facts, err := p.facts(true, false)
 	if err != nil {
@@ -278,10 +353,10 @@ func (p *plugin) withoutDRM(facts []fact) []protocol.DeviceInfo {
 // noDRM says why a display controller has no DRM device.
 func noDRM(flags uint8) string {
 	if flags&byVFIO != 0 {
-		return "no DRM device: bound to vfio-pci, for a VM; hand it out whole with a config like conf/examples/pgpu.d/pgpu.conf (want_device_nodes [\"vfio\"])"
+		return "no DRM device: bound to vfio-pci, for a VM; hand it out whole with a config like conf/examples/pgpu.d/pgpu.conf (mode \"vfio\")"
 	}
 	if flags&byNVIDIA != 0 {
-		return "no DRM device: hand it out without DRM nodes with a config like conf/examples/compute.d/nvidia-compute.conf (want_device_nodes []), or load the nvidia-drm module (modprobe nvidia-drm), which makes an NVIDIA GPU's DRM nodes"
+		return "no DRM device: hand it out without DRM nodes with a config like conf/examples/compute.d/nvidia-compute.conf (mode \"nvidia-compute\"), or load the nvidia-drm module (modprobe nvidia-drm), which makes an NVIDIA GPU's DRM nodes"
 	}
 	return "no DRM device: its driver made no DRM nodes"
 }

@@ -7,15 +7,13 @@ import (
 
 	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/internal/vfio"
-	"github.com/cdi-exec/plugins/pkg/pool"
-	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
-// VFIO mode (want_device_nodes ["vfio"] or ["iommufd"]): whole GPUs bound
-// to vfio-pci, for VMs (docs/plugins.md#whole-gpus-for-vms-vfio). A GPU is
-// handed out with its whole IOMMU group (its audio function, say), as
-// /dev/vfio/<group> then the container /dev/vfio/vfio, or with
-// ["iommufd"] as each function's /dev/vfio/devices/vfio<N> then
+// VFIO mode (mode "vfio" or "iommufd"): whole GPUs bound to vfio-pci,
+// for VMs (docs/plugins.md#whole-gpus-for-vms-vfio). A GPU is handed out
+// with its whole IOMMU group (its audio function, say), as
+// /dev/vfio/<group> then the container /dev/vfio/vfio, or in mode
+// "iommufd" as each function's /dev/vfio/devices/vfio<N> then
 // /dev/iommu. A group whose other endpoint functions are not all bound to
 // vfio-pci is not handed out. The key is the GPU's PCI address, as in the
 // other modes, in the same store.
@@ -24,7 +22,8 @@ import (
 // /sys/bus/pci/drivers/vfio-pci and reads, per display function there, its
 // attributes, its group's members and nodes.
 
-// The want_device_nodes values of VFIO mode, each alone.
+// The VFIO modes, and the want_device_nodes value that meant each in a
+// config without mode.
 const (
 	vfioGroup   = "vfio"
 	vfioIOMMUFD = "iommufd"
@@ -45,23 +44,25 @@ func vfioAddrs(h *sysfs.Host) ([]string, error) {
 	return pciAddrsIn(h, h.Sys("bus", "pci", "drivers", vfio.Driver))
 }
 
-// vfioGPUs reads and judges every display function bound to vfio-pci,
-// skipping those skip says.
-func (p *plugin) vfioGPUs(skip func(key string) bool) ([]vfioGPU, error) {
-	addrs, err := vfioAddrs(&p.host)
-	if err != nil {
-		return nil, err
+// vfioSource is the source of the VFIO modes: the display functions
+// bound to vfio-pci.
+type vfioSource struct{ p *plugin }
+
+// addrs implements source.
+func (s vfioSource) addrs() ([]string, error) { return vfioAddrs(&s.p.host) }
+
+// uuid implements source: a GPU bound to vfio-pci has none the host tells.
+func (vfioSource) uuid(*candidate) string { return "" }
+
+// read implements source: the function at addr, preferred in the order
+// of the listing, handed out as its IOMMU group's nodes.
+func (s vfioSource) read(addr string, pos int) (candidate, bool) {
+	g, ok := s.p.vfioGPU(addr)
+	c := candidate{fact: g.fact, index: pos, nodes: g.nodes, reason: g.reason}
+	if ok && c.reason == "" {
+		c.live = &liveVFIO{p: s.p, addr: addr}
 	}
-	out := make([]vfioGPU, 0, len(addrs))
-	for _, addr := range addrs {
-		if skip != nil && skip(addr) {
-			continue
-		}
-		if g, ok := p.vfioGPU(addr); ok {
-			out = append(out, g)
-		}
-	}
-	return out, nil
+	return c, ok
 }
 
 // vfioGPU reads and judges one function bound to vfio-pci; false when it
@@ -128,7 +129,7 @@ func (p *plugin) vfioNodes(addr, group string) ([]string, string) {
 		return []string{node, vfio.Container}, ""
 	}
 	if !h.NodeExists("iommu") {
-		return nil, vfio.IOMMU + " does not exist: the kernel offers no iommufd (use want_device_nodes [\"vfio\"])"
+		return nil, vfio.IOMMU + " does not exist: the kernel offers no iommufd (use mode \"vfio\")"
 	}
 	var nodes []string
 	for _, a := range vfio.Endpoints(members) {
@@ -139,53 +140,6 @@ func (p *plugin) vfioNodes(addr, group string) ([]string, string) {
 		nodes = append(nodes, node)
 	}
 	return append(nodes, vfio.IOMMU), ""
-}
-
-// vfioDevice is the pool device of a usable GPU.
-func (p *plugin) vfioDevice(g *vfioGPU, index int) pool.Device {
-	return pool.Device{Key: g.fact.key(), Index: index, NUMA: g.fact.numa, Nodes: g.nodes,
-		Live: &liveVFIO{p: p, addr: g.fact.key()}, Dir: p.host.Path(g.fact.sys)}
-}
-
-// discoverVFIO is Discover in VFIO mode.
-func (p *plugin) discoverVFIO(scan pool.Scan) ([]pool.Device, error) {
-	if scan.Rescan {
-		p.host.Forget()
-	}
-	gpus, err := p.vfioGPUs(scan.Skipped)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]pool.Device, 0, len(gpus))
-	for i := range gpus {
-		if gpus[i].reason == "" {
-			out = append(out, p.vfioDevice(&gpus[i], i))
-		}
-	}
-	return out, nil
-}
-
-// inventoryVFIO is Inventory in VFIO mode: every display function bound
-// to vfio-pci.
-func (p *plugin) inventoryVFIO() ([]protocol.DeviceInfo, error) {
-	gpus, err := p.vfioGPUs(nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]protocol.DeviceInfo, len(gpus))
-	for i := range gpus {
-		g := &gpus[i]
-		addr := g.fact.key()
-		nodes := g.nodes
-		if nodes == nil {
-			nodes = []string{}
-		}
-		pcie := sysfs.ParsePCIe(g.fact.sys)
-		out[i] = protocol.DeviceInfo{Key: addr, Nodes: nodes, NUMA: g.fact.numa, Usable: g.reason == "", Reason: g.reason,
-			VendorID: g.fact.vendor, DeviceID: g.fact.device,
-			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(addr), PCIeSwitch: pcie.Switch(addr)}
-	}
-	return out, nil
 }
 
 // liveVFIO is the live check of a GPU handed out in VFIO mode: judged

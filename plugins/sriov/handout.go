@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/internal/sysfs"
 	"github.com/cdi-exec/plugins/internal/vfio"
 	"github.com/cdi-exec/plugins/pkg/invoke"
@@ -179,17 +178,13 @@ func (p *plugin) delegateDel(ctx context.Context, c *skel.Call, plugin, id strin
 }
 
 // Teardown sends DEL to the delegates of a record before it is deleted.
-func (p *plugin) Teardown(ctx context.Context, c *skel.Call, rec *store.Record) error {
+func (p *plugin) Teardown(ctx context.Context, c *skel.Call, rec pool.Record) error {
 	var errs []error
 	for _, a := range rec.Allocations {
 		if a.Delegate == "" {
 			continue
 		}
-		keys := make([]string, len(a.Devices))
-		for i, d := range a.Devices {
-			keys[i] = d.Key
-		}
-		if err := p.delegateDel(ctx, c, a.Delegate, rec.ID, keys); err != nil {
+		if err := p.delegateDel(ctx, c, a.Delegate, rec.ID, a.Keys); err != nil {
 			errs = append(errs, err)
 		}
 	}

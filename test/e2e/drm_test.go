@@ -156,6 +156,7 @@ func TestDRMArgErrors(t *testing.T) {
 		`{"deviceid_whitelist":"0x10de"}`,
 		`{"pci_addresses":["03:00.0"]}`,
 		`{"numa_policy":"strictly"}`,
+		`{"mode":"compute"}`,
 		`[]`,
 	} {
 		r := n.run("drm", drmConf(args), "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=a")
@@ -166,6 +167,61 @@ func TestDRMArgErrors(t *testing.T) {
 	r := n.run("drm", drmConf(`{"want_device_types":["primary"]}`), "CDI_COMMAND=INFO")
 	if !strings.Contains(r.stdout, "want_device_types") {
 		t.Errorf("unknown arg not named: %s", r.stdout)
+	}
+}
+
+// TestDRMModes: a config written before the mode arg keeps its meaning:
+// each old shape of want_device_nodes answers INFO, DEVICES and ADD as
+// the config that sets its mode does. A mode that want_device_nodes
+// contradicts is code 101, the error naming both.
+func TestDRMModes(t *testing.T) {
+	for _, tt := range []struct {
+		host      fixture.Host
+		old, mode string
+		request   string
+	}{
+		{fixture.DGXH100(), `{}`, `{"mode":"drm"}`, "gpu:2"},
+		{fixture.DGXH100(), `{"want_device_nodes":["render"]}`, `{"mode":"drm","want_device_nodes":["render"]}`, "gpu:2"},
+		{fixture.H200VM(), `{"want_device_nodes":[]}`, `{"mode":"nvidia-compute"}`, "gpu:1"},
+		{fixture.H200VM(), `{"want_device_nodes":[]}`, `{"mode":"nvidia-compute","want_device_nodes":[]}`, "gpu:1"},
+		{fixture.VFIOHost(), `{"want_device_nodes":["vfio"]}`, `{"mode":"vfio"}`, "gpu:2"},
+		{fixture.VFIOHost(), `{"want_device_nodes":["iommufd"]}`, `{"mode":"iommufd"}`, "gpu:2"},
+	} {
+		var answers [2][]string
+		for i, args := range []string{tt.old, tt.mode} {
+			n := newNode(t, tt.host)
+			for _, env := range [][]string{
+				{"CDI_COMMAND=INFO"},
+				{"CDI_COMMAND=DEVICES"},
+				{"CDI_COMMAND=ADD", "CDI_REQUEST=" + tt.request, "CDI_REQUEST_ID=a"},
+			} {
+				r := n.run("drm", drmConf(args), env...)
+				if r.status != 0 { // an ADD that succeeds: GPUs to compare
+					t.Fatalf("%s %v: status %d\n%s", args, env, r.status, r.stdout)
+				}
+				answers[i] = append(answers[i], r.stdout)
+			}
+		}
+		for j := range answers[0] {
+			if answers[0][j] != answers[1][j] {
+				t.Errorf("%s and %s answer apart:\n%s\n%s", tt.old, tt.mode, answers[0][j], answers[1][j])
+			}
+		}
+	}
+
+	n := newNode(t, fixture.DGXH100())
+	for _, args := range []string{
+		`{"mode":"drm","want_device_nodes":[]}`,
+		`{"mode":"drm","want_device_nodes":["vfio"]}`,
+		`{"mode":"nvidia-compute","want_device_nodes":["render"]}`,
+		`{"mode":"vfio","want_device_nodes":["iommufd"]}`,
+		`{"mode":"iommufd","want_device_nodes":[]}`,
+		`{"want_device_nodes":["vfio","render"]}`,
+	} {
+		r := n.run("drm", drmConf(args), "CDI_COMMAND=INFO")
+		if r.status != 1 || r.code(t) != 101 || !strings.Contains(r.stdout, "mode") || !strings.Contains(r.stdout, "want_device_nodes") {
+			t.Errorf("args %s: status %d; want code 101 naming mode and want_device_nodes\n%s", args, r.status, r.stdout)
+		}
 	}
 }
 

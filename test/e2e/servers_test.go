@@ -353,7 +353,7 @@ func computeConf(t *testing.T, more string) string {
 	if more == "" {
 		return string(b)
 	}
-	return strings.Replace(string(b), `"want_device_nodes": []`, `"want_device_nodes": [], `+more, 1)
+	return strings.Replace(string(b), `"mode": "nvidia-compute"`, `"mode": "nvidia-compute", `+more, 1)
 }
 
 // computeNodes are the nodes of NVIDIA GPUs handed out without DRM: each

@@ -11,11 +11,11 @@ import (
 )
 
 // pgpuConf is the shipped example for GPUs bound to vfio-pci
-// (conf/examples/pgpu.d/pgpu.conf) with its want_device_nodes set to want
-// and its spec written to dir.
-func pgpuConf(t *testing.T, want, dir string) string {
+// (conf/examples/pgpu.d/pgpu.conf) with its mode set to mode ("vfio" or
+// "iommufd") and its spec written to dir.
+func pgpuConf(t *testing.T, mode, dir string) string {
 	t.Helper()
-	return strings.Replace(exampleConf(t, "pgpu.d/pgpu.conf", dir), `"want_device_nodes": ["vfio"]`, `"want_device_nodes": ["`+want+`"]`, 1)
+	return strings.Replace(exampleConf(t, "pgpu.d/pgpu.conf", dir), `"mode": "vfio"`, `"mode": "`+mode+`"`, 1)
 }
 
 // On the VFIO host, whole GPUs go with their IOMMU groups: a group with a
