@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/cdi-exec/plugins/internal/cdispec"
@@ -269,8 +268,8 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 				d.HeldBy = tx.Holder(d.Key)
 				continue
 			}
-			for s := range d.Shares {
-				if h := tx.Holder(ShareKey(d.Key, s)); h != "" && !slices.Contains(d.Holders, h) {
+			for s := range d.Shares { // one entry per held share
+				if h := tx.Holder(ShareKey(d.Key, s)); h != "" {
 					d.Holders = append(d.Holders, h)
 				}
 			}

@@ -120,6 +120,11 @@ func TestGenericShares(t *testing.T) {
 	if got := len(n.records("generic")["big"].Devices()); got != 2 {
 		t.Errorf("kvm:2 holds %d shares", got)
 	}
+	// DEVICES lists a holder per held share: big twice, then vm4.
+	n.run("generic", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=kvm:1", "CDI_REQUEST_ID=vm4")
+	if inv := n.inventory("generic", conf); len(inv) != 1 || strings.Join(inv[0].Holders, ",") != "big,big,vm4" {
+		t.Errorf("DEVICES after kvm:2 and kvm:1: %+v", inv)
+	}
 }
 
 // A held adapter that comes back under another name after a replug
