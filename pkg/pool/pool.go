@@ -189,7 +189,9 @@ func StrictNUMA(policy string) (bool, error) {
 	case "strict":
 		return true, nil
 	}
-	return false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy)
+	return false, &protocol.MemberError{Name: "numa_policy", // placed at args.numa_policy (skel.ArgsError)
+		Err: fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy),
+		At:  fmt.Errorf("%q is neither \"preferred\" nor \"strict\"", policy)}
 }
 
 // Info counts the usable devices: the node's allocatable capacity, 0

@@ -472,7 +472,7 @@ func TestGenericValidatePlacesProblems(t *testing.T) {
 	r := n.ctl("validate", "-o", "table")
 	for _, want := range []string{
 		filepath.Join(n.conf, "glob.d/g.conf") + `:7:28: plugin generic refuses it: error: Invalid configuration: args.rules[0].paths[1]: "/dev/tty[0-" is not a valid glob`,
-		filepath.Join(n.conf, "typo.d/g.conf") + `:8:15: plugin generic refuses it: error: Invalid configuration: args.rules[0].share: unknown field "rules[0].share"`,
+		filepath.Join(n.conf, "typo.d/g.conf") + `:8:15: plugin generic refuses it: error: Invalid configuration: args.rules[0].share: unknown field "share"; did you mean "shares"?`,
 		filepath.Join(n.conf, "twice.d/g.conf") + `:8:16: plugin generic refuses it: error: Invalid configuration: args.rules[1].paths[0]: selects the same devices as rules[0].paths[0]`,
 	} {
 		if !strings.Contains(r.stdout, want) {
