@@ -68,7 +68,7 @@ func (p *pciNames) lookup(vendor, product string) (string, string) {
 
 func devicesCommand() *command {
 	return &command{name: "devices", complete: completeType, args: "[TYPE]", summary: "every device each plugin sees: ids, names, NUMA, usable or why not, holder",
-		example: "cdictl devices\n  cdictl devices -o table gpu", setup: noFlags((*app).devices)}
+		example: "cdictl devices\n  cdictl devices -o table gpu", setup: noFlags((*app).devices), empty: "devices"}
 }
 
 // devicesEntry is one plugin's inventory. NoInventory marks a plugin that

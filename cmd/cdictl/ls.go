@@ -18,7 +18,7 @@ import (
 
 func lsCommand() *command {
 	return &command{name: "ls", args: "", summary: "list every allocation held on the node (read-only)",
-		example: "cdictl ls\n  cdictl ls -o json", setup: noFlags((*app).ls)}
+		example: "cdictl ls\n  cdictl ls -o json", setup: noFlags((*app).ls), empty: "allocations"}
 }
 
 // allocation is one row of `cdictl ls`.
