@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
@@ -73,7 +72,7 @@ func plan(confs []caller.Config, id string, types []string, byType map[string][]
 	replay = map[string]bool{}
 	var fresh, touched []string
 	for _, typ := range types {
-		if isReplay(held, typ, byType[typ]) {
+		if isReplay(held, byType[typ]) {
 			replay[typ] = true
 			order = append(order, typ)
 			continue
@@ -111,9 +110,11 @@ func plan(confs []caller.Config, id string, types []string, byType map[string][]
 
 // isReplay reports whether a store held every item of a type at the same
 // amount: an ADD of them hands out what is recorded and adds nothing.
-func isReplay(held []holding, typ string, items []request.Item) bool {
+// The items' specs are of the type, so the store's record holds them
+// whatever its other types (generic's kvm beside its fuse).
+func isReplay(held []holding, items []request.Item) bool {
 	for _, h := range held {
-		if h.Unknown != nil || h.Type != typ {
+		if h.Unknown != nil {
 			continue
 		}
 		all := true
@@ -181,11 +182,10 @@ func rollback(ctx context.Context, c caller.Caller, done []*caller.Added, id str
 }
 
 // holding is what a request-id held in one plugin's store before a call:
-// its resource type and the amount of each resource-spec. Unknown is set
-// when the store could not be read, so that it may hold anything.
+// the amount of each resource-spec. Unknown is set when the store could
+// not be read, so that it may hold anything.
 type holding struct {
 	Plugin  string
-	Type    string
 	Amounts map[string]int
 	Unknown error
 }
@@ -201,34 +201,24 @@ func (h holding) String() string {
 	return fmt.Sprintf("%s in %s", strings.Join(items, ","), h.Plugin)
 }
 
-// heldBy reads what id holds in every plugin store in stateDir, through the
-// stores' read-only API (a shared lock for one read, waiting at most
-// timeout). A store that cannot be read is a holding with Unknown set.
+// heldBy reads what id holds in every plugin store in stateDir
+// (readStoreViews). A store that cannot be read is a holding with Unknown
+// set.
 func heldBy(stateDir string, timeout time.Duration, id string) ([]holding, error) {
-	files, err := store.Stores(stateDir)
+	views, err := readStoreViews(stateDir, timeout, id)
 	if err != nil {
 		return nil, err
 	}
 	var out []holding
-	for _, f := range files {
-		h := holding{Plugin: store.PluginOf(f)}
-		err := store.Inspect(f, timeout, func(tx *store.Tx) error {
-			r, err := tx.Get(id)
-			if err != nil || r == nil {
-				return err
-			}
-			h.Type, h.Amounts = r.Type, map[string]int{}
+	for _, v := range views {
+		switch r := v.Records[id]; {
+		case v.Err != nil:
+			out = append(out, holding{Plugin: v.Plugin, Unknown: v.Err})
+		case r != nil:
+			h := holding{Plugin: v.Plugin, Amounts: map[string]int{}}
 			for _, al := range r.Allocations {
 				h.Amounts[al.Spec] = al.Amount
 			}
-			return nil
-		})
-		switch {
-		case errors.Is(err, store.ErrNotExist):
-		case err != nil:
-			h.Unknown = err
-			out = append(out, h)
-		case h.Amounts != nil:
 			out = append(out, h)
 		}
 	}

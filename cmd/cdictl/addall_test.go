@@ -22,9 +22,11 @@ func TestPlan(t *testing.T) {
 		conf("gpu", "drm", `{}`),
 		conf("vgpu", "sriov", `{"delegate":{"plugin":"drm","args":{}}}`),
 		conf("serial", "generic-tty2", `{}`),
+		conf("kvm", "generic", `{}`),
+		conf("fuse", "generic", `{}`),
 	}
-	ttyHeld := holding{Plugin: "generic-tty", Type: "tty", Amounts: map[string]int{"tty": 1}}
-	gpuHeld := holding{Plugin: "drm", Type: "gpu", Amounts: map[string]int{"gpu": 1}}
+	ttyHeld := holding{Plugin: "generic-tty", Amounts: map[string]int{"tty": 1}}
+	gpuHeld := holding{Plugin: "drm", Amounts: map[string]int{"gpu": 1}}
 	tests := []struct {
 		name    string
 		request string
@@ -37,6 +39,7 @@ func TestPlan(t *testing.T) {
 		{"replays first, the delegate's plugin held gpu", "vgpu:99,tty:1,gpu:1", []holding{ttyHeld, gpuHeld}, []string{"tty", "gpu", "vgpu"}, []string{"tty", "gpu"}, ""},
 		{"a new amount is no replay", "tty:2,serial:1", []holding{ttyHeld}, []string{"serial", "tty"}, nil, ""},
 		{"two touched types", "tty:2,gpu:2", []holding{ttyHeld, gpuHeld}, nil, nil, "already holds something in the plugins of more than one new type"},
+		{"a replay of a type its plugin's record holds beside its first", "fuse:1,kvm:1", []holding{{Plugin: "generic", Amounts: map[string]int{"kvm": 1, "fuse": 1}}}, []string{"fuse", "kvm"}, []string{"fuse", "kvm"}, ""},
 		{"an unreadable store may hold anything", "tty:1,gpu:1", []holding{{Plugin: "generic-tty", Unknown: errors.New("x")}}, []string{"gpu", "tty"}, nil, ""},
 	}
 	for _, tt := range tests {

@@ -52,6 +52,8 @@ type app struct {
 	output  string // -o: json, yaml, table or wide (a table with more columns)
 	// noHeaders leaves out a table's header line.
 	noHeaders bool
+	// empty names what the command's table lists (command.empty).
+	empty string
 	// configFailed is set by load when a config file it found cannot be
 	// used: the command then exits 1 (status).
 	configFailed bool
@@ -100,7 +102,7 @@ func newRoot(e env) (*cobra.Command, *int) {
 	// value is warned about when a command runs.
 	cfg, envErr := protocol.ReadEnv(e.getenv)
 	for _, c := range commands() {
-		a := &app{env: e, name: "cdictl " + c.name, cfg: cfg}
+		a := &app{env: e, name: "cdictl " + c.name, cfg: cfg, empty: c.empty}
 		cc := &cobra.Command{
 			Use:                   c.name + " " + c.args,
 			Short:                 c.summary,

@@ -14,7 +14,7 @@ import (
 
 func checkCommand() *command {
 	return &command{name: "check", complete: completeStores, args: "[--repair] [STORE...]", summary: "verify the plugins' stores offline: checksums, index, double bookings",
-		example: "cdictl check\n  cdictl check --repair /var/lib/cdi/drm.db",
+		example: "cdictl check\n  cdictl check --repair /var/lib/cdi/drm.db", empty: "stores",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			var f checkFlags
 			fs.BoolVar(&f.repair, "repair", false, "rebuild a damaged index from the records, when every record is intact")

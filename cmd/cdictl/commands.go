@@ -39,6 +39,10 @@ type command struct {
 	// command's own flags, by name (completion.go).
 	complete     completer
 	flagComplete map[string]completer
+	// empty names what the command's table lists ("devices"), for the
+	// line that says it has none ("No devices found"); "" for a table
+	// that always has rows (one per config or per type).
+	empty string
 }
 
 // runFunc runs a command with its positional arguments and returns the

@@ -30,7 +30,9 @@ type delEntry struct {
 
 // del frees id in every plugin. A plugin's DEL always exits 0 (the
 // protocol), but del exits 1 when any plugin reported an error, which it
-// names; an id that no plugin held is exit 0 with a note on stderr.
+// names; an id that no plugin held is exit 0 with a note on stderr. Each
+// config's result says whether the id held its type in its plugin, as
+// the stores said before the DELs (holders.answers).
 func (a *app) del(id string, args []string) int {
 	id, ok := a.requestID(id)
 	if !ok {
@@ -43,8 +45,16 @@ func (a *app) del(id string, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
+	// What id holds, read before the DELs: the first DEL in a plugin frees
+	// all of it, so the plugin's answers do not say which config's type
+	// it was.
+	views, _ := readStoreViews(a.cfg.StateDir, a.cfg.LockTimeout, id)
+	h := holders{views: views, confs: confs}
 	out, failed := callEach(a, confs, func(conf caller.Config, e *delEntry) (err error) {
 		e.Freed, err = a.caller().Del(a.ctx(), conf, id)
+		if yes, known := h.answers(conf, id); known && err == nil {
+			e.Freed = yes
+		}
 		return err
 	})
 	a.report("TYPE\tPLUGIN\t+CONFIG\tRESULT", rowsOf(out, func(e *delEntry) []string {

@@ -68,7 +68,7 @@ func (p *pciNames) lookup(vendor, product string) (string, string) {
 
 func devicesCommand() *command {
 	return &command{name: "devices", complete: completeType, args: "[TYPE]", summary: "every device each plugin sees: ids, names, NUMA, usable or why not, holder",
-		example: "cdictl devices\n  cdictl devices -o table gpu", setup: noFlags((*app).devices)}
+		example: "cdictl devices\n  cdictl devices -o table gpu", setup: noFlags((*app).devices), empty: "devices"}
 }
 
 // devicesEntry is one plugin's inventory. NoInventory marks a plugin that
@@ -162,7 +162,7 @@ func deviceRows(out []devicesEntry) [][]string {
 			case !d.Usable:
 				state = "unusable: " + d.Reason
 			case d.Shares > 1 && len(d.Holders) > 0:
-				state = fmt.Sprintf("%d of %d shares held by %s", len(d.Holders), d.Shares, strings.Join(d.Holders, ","))
+				state = fmt.Sprintf("%d of %d shares held by %s", len(d.Holders), d.Shares, shareHolders(d.Holders))
 			case d.Shares > 1:
 				state = fmt.Sprintf("free (%d shares)", d.Shares)
 			}
@@ -170,4 +170,24 @@ func deviceRows(out []devicesEntry) [][]string {
 		}
 	}
 	return rows
+}
+
+// shareHolders names the holders of a shared unit's shares, each once in
+// share order, with the number of shares it holds when more than one:
+// holders has an entry per held share ("a, b (2), c (5)").
+func shareHolders(holders []string) string {
+	var ids []string
+	n := map[string]int{}
+	for _, h := range holders {
+		if n[h] == 0 {
+			ids = append(ids, h)
+		}
+		n[h]++
+	}
+	for i, id := range ids {
+		if n[id] > 1 {
+			ids[i] = fmt.Sprintf("%s (%d)", id, n[id])
+		}
+	}
+	return strings.Join(ids, ", ")
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cdi-exec/plugins/internal/rawjson"
-	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/caller"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/request"
@@ -67,6 +66,11 @@ func (f *gcFlags) run(a *app, args []string) int {
 		// (docs/protocol.md#extension-owners).
 		c.Env = append(c.Env, protocol.EnvKeepOwners+"="+protocol.OwnerKubernetes)
 	}
+	// What the stores hold, read before GC runs: a plugin's first GC frees
+	// every id it may, whatever the type, so the plugins' answers do not
+	// say which config's type each id held.
+	views, viewErr := readStoreViews(a.cfg.StateDir, a.cfg.LockTimeout, "")
+	h := holders{views: views, confs: confs}
 	collect := func(conf caller.Config) ([]string, error) { return c.GC(a.ctx(), conf, valid) }
 	if f.dryRun {
 		listed := map[string]bool{} // plugins whose store is listed
@@ -75,7 +79,10 @@ func (f *gcFlags) run(a *app, args []string) int {
 				return nil, nil
 			}
 			listed[conf.Plugin] = true
-			return wouldFree(a, conf.Plugin, valid, f.includeKubernetes)
+			if viewErr != nil {
+				return nil, protocol.Errorf(protocol.CodeStore, "%w", viewErr)
+			}
+			return wouldFree(views, conf.Plugin, valid, f.includeKubernetes)
 		}
 	}
 	out, failed := callEach(a, confs, func(conf caller.Config, e *gcEntry) (err error) {
@@ -83,6 +90,7 @@ func (f *gcFlags) run(a *app, args []string) int {
 		e.Freed = rawjson.NonNil(e.Freed)
 		return err
 	})
+	attributeFreed(h, confs, out)
 	head := "TYPE\tPLUGIN\t+CONFIG\tFREED"
 	if f.dryRun {
 		head = "TYPE\tPLUGIN\t+CONFIG\tWOULD FREE"
@@ -97,26 +105,56 @@ func (f *gcFlags) run(a *app, args []string) int {
 	return a.status(failed)
 }
 
-// wouldFree lists the request-ids in plugin's store that are not valid,
-// and not the Kubernetes modes' unless kube: what its GC would free. It
-// reads the store through the read-only API, as ls does.
-func wouldFree(a *app, plugin string, valid []string, kube bool) ([]string, error) {
-	var ids []string
-	err := store.Inspect(store.Path(a.cfg.StateDir, plugin), a.cfg.LockTimeout, func(tx *store.Tx) error {
-		return tx.ForEach(func(r *store.Record) error {
-			if !slices.Contains(valid, r.ID) && (kube || r.Owner != protocol.OwnerKubernetes) {
-				ids = append(ids, r.ID)
+// wouldFree lists the request-ids in plugin's store, as read, that are
+// not valid, and not the Kubernetes modes' unless kube: what its GC would
+// free.
+func wouldFree(views []storeView, plugin string, valid []string, kube bool) ([]string, error) {
+	for _, v := range views {
+		if v.Plugin != plugin {
+			continue
+		}
+		if v.Err != nil {
+			return nil, protocol.Errorf(protocol.CodeStore, "%w", v.Err)
+		}
+		var ids []string
+		for _, id := range slices.Sorted(maps.Keys(v.Records)) {
+			if !slices.Contains(valid, id) && (kube || v.Records[id].Owner != protocol.OwnerKubernetes) {
+				ids = append(ids, id)
 			}
-			return nil
-		})
-	})
-	if errors.Is(err, store.ErrNotExist) {
-		return nil, nil
+		}
+		return ids, nil
 	}
-	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeStore, "%w", err)
+	return nil, nil
+}
+
+// attributeFreed lists each id freed in a plugin under the configs whose
+// type it held there (holders.answers), rather than under the config
+// whose GC happened to free it: the plugin's first. An id the stores said
+// nothing about when read stays where the plugin reported it.
+func attributeFreed(h holders, confs []caller.Config, out []gcEntry) {
+	byPlugin := map[string][]string{}
+	for _, e := range out {
+		if e.Error == nil {
+			for _, id := range e.Freed {
+				if !slices.Contains(byPlugin[e.Plugin], id) {
+					byPlugin[e.Plugin] = append(byPlugin[e.Plugin], id)
+				}
+			}
+		}
 	}
-	return ids, nil
+	for i := range out {
+		e := &out[i]
+		if e.Error != nil {
+			continue
+		}
+		freed := []string{}
+		for _, id := range byPlugin[e.Plugin] {
+			if yes, known := h.answers(confs[i], id); yes || !known && slices.Contains(e.Freed, id) {
+				freed = append(freed, id)
+			}
+		}
+		e.Freed = freed
+	}
 }
 
 // validIDs returns the request-ids to keep. One of the flags is required:

@@ -2,8 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -18,7 +18,7 @@ import (
 
 func lsCommand() *command {
 	return &command{name: "ls", args: "", summary: "list every allocation held on the node (read-only)",
-		example: "cdictl ls\n  cdictl ls -o json", setup: noFlags((*app).ls)}
+		example: "cdictl ls\n  cdictl ls -o json", setup: noFlags((*app).ls), empty: "allocations"}
 }
 
 // allocation is one row of `cdictl ls`.
@@ -89,54 +89,38 @@ func (a *app) ls(args []string) int {
 
 // readStores lists the allocations of every store in stateDir, sorted by
 // store file, then request-id, and the stores that could not be read.
+// Each row is named by its allocation's own type and delegate (held.go).
 func readStores(stateDir string, timeout time.Duration, pub publisherSet) ([]allocation, []storeError) {
-	files, err := store.Stores(stateDir)
+	views, err := readStoreViews(stateDir, timeout, "")
 	if err != nil {
 		return []allocation{}, []storeError{{Store: stateDir, errorJSON: toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))}}
 	}
+	h := holders{views: views}
 	now := time.Now()
 	rows := []allocation{}
 	var errs []storeError
-	for _, f := range files {
-		plugin := store.PluginOf(f)
-		err := store.Inspect(f, timeout, func(tx *store.Tx) error {
-			owner := cdispec.Owner{Plugin: plugin, Store: tx.ID()}
-			return tx.ForEach(func(r *store.Record) error {
-				rows = append(rows, recordRows(r, plugin, pub.names(owner, r), now)...)
-				return nil
-			})
-		})
-		if err != nil && !errors.Is(err, store.ErrNotExist) { // ErrNotExist: removed since listed
-			errs = append(errs, storeError{Store: f, errorJSON: toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", err))})
+	for _, v := range views {
+		if v.Err != nil {
+			errs = append(errs, storeError{Store: v.File, errorJSON: toErrorJSON(protocol.Errorf(protocol.CodeStore, "%w", v.Err))})
+			continue
+		}
+		owner := cdispec.Owner{Plugin: v.Plugin, Store: v.StoreID}
+		for _, id := range slices.Sorted(maps.Keys(v.Records)) {
+			rows = append(rows, recordRows(h, v.Records[id], owner, pub, now)...)
 		}
 	}
-	markDelegates(rows)
 	return rows, errs
 }
 
-// markDelegates sets DelegateOf on the rows that a delegate keeps in its
-// own store for an allocation another plugin's row names as its delegate.
-func markDelegates(rows []allocation) {
-	for _, d := range rows {
-		if d.Delegate == "" {
-			continue
-		}
-		for i := range rows {
-			r := &rows[i]
-			if r.Plugin == d.Delegate && r.RequestID == d.RequestID && r.Type == d.Type {
-				r.DelegateOf = d.Plugin
-			}
-		}
-	}
-}
-
-// recordRows turns a record into one row per allocation.
-func recordRows(r *store.Record, plugin string, cdiNames []string, now time.Time) []allocation {
+// recordRows turns a record of owner's store into one row per allocation.
+func recordRows(h holders, r *store.Record, owner cdispec.Owner, pub publisherSet, now time.Time) []allocation {
 	var rows []allocation
 	for _, al := range r.Allocations {
-		row := allocation{RequestID: r.ID, Plugin: plugin, Type: r.Type, Spec: al.Spec, Amount: al.Amount,
-			Devices: rawjson.NonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: rawjson.NonNil(cdiNames),
-			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds()), Delegate: al.Delegate, Owner: r.Owner}
+		typ := al.Type()
+		row := allocation{RequestID: r.ID, Plugin: owner.Plugin, Type: typ, Spec: al.Spec, Amount: al.Amount,
+			Devices: rawjson.NonNil(al.HandedOut()), DeviceKeys: []string{}, NUMA: []int{}, CDIDevices: rawjson.NonNil(pub.names(owner, r.ID, typ)),
+			Created: al.Created, AgeSeconds: int64(now.Sub(al.Created).Seconds()), Delegate: al.Delegate,
+			DelegateOf: h.delegateOf(owner.Plugin, r.ID, typ), Owner: r.Owner}
 		for _, d := range al.Devices {
 			row.DeviceKeys = append(row.DeviceKeys, d.Key)
 			if d.NUMA >= 0 && !slices.Contains(row.NUMA, d.NUMA) {
@@ -170,14 +154,15 @@ func publishers(confs []caller.Config) publisherSet {
 	return pub
 }
 
-// names returns the qualified CDI device names published for the record,
-// named as the publisher names them (cdispec), and only those whose spec
-// file, owned by the record's store, exists.
-func (pub publisherSet) names(owner cdispec.Owner, r *store.Record) []string {
+// names returns the qualified CDI device names published for request-id
+// id by the configs of owner's plugin and type typ, named as the
+// publisher names them (cdispec), and only those whose spec file, owned
+// by the store, exists.
+func (pub publisherSet) names(owner cdispec.Owner, id, typ string) []string {
 	var out []string
-	for _, spec := range pub[[2]string{owner.Plugin, r.Type}] {
-		name := spec.QualifiedName(r.ID)
-		if _, err := os.Stat(spec.Path(owner, r.ID)); err == nil && !slices.Contains(out, name) {
+	for _, spec := range pub[[2]string{owner.Plugin, typ}] {
+		name := spec.QualifiedName(id)
+		if _, err := os.Stat(spec.Path(owner, id)); err == nil && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}

@@ -18,10 +18,17 @@ import (
 
 // report prints a command's result as -o asks: a table with header and
 // the rows that rows returns (header columns marked with a leading "+"
-// only with -o wide), or fields as one JSON or YAML object.
+// only with -o wide), or fields as one JSON or YAML object. A table
+// without rows is said so instead, as kubectl says it, on stderr: "No
+// devices found" (command.empty).
 func (a *app) report(header string, rows func() [][]string, fields ...rawjson.Field) {
 	if a.tabular() {
-		a.table(header, rows())
+		r := rows()
+		if len(r) == 0 && a.empty != "" {
+			fmt.Fprintf(a.stderr, "No %s found\n", a.empty)
+			return
+		}
+		a.table(header, r)
 		return
 	}
 	a.writeFields(fields)
@@ -166,7 +173,13 @@ func toErrorJSON(err error) *errorJSON {
 	case errors.As(err, &pe):
 		return &errorJSON{Code: pe.Code, Msg: pe.Msg, Details: pe.Details}
 	case errors.As(err, &re) && errors.Is(re.Err, invoke.ErrNotFound):
-		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin binary not found", Details: re.Err.Error() + "; --path overrides " + protocol.EnvPath, Kind: re.Kind}
+		// The flag's hint goes before a did-you-mean, which ends it.
+		msg, near, hasNear := strings.Cut(re.Err.Error(), "; did you mean ")
+		details := msg + "; --path overrides " + protocol.EnvPath
+		if hasNear {
+			details += "; did you mean " + near
+		}
+		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin binary not found", Details: details, Kind: re.Kind}
 	case errors.As(err, &re):
 		return &errorJSON{Code: protocol.CodeInternal, Msg: "Plugin gave no answer", Details: re.Kind + ": " + re.Err.Error(), Kind: re.Kind, Stderr: strings.TrimSpace(re.Stderr)}
 	case errors.As(err, &se):

@@ -17,7 +17,7 @@ import (
 
 func specsCommand() *command {
 	return &command{name: "specs", args: "[--spec-dir DIR]...", summary: "the CDI device names the node's CDI spec files define",
-		example: "cdictl specs -o table\n  cdictl specs --spec-dir /var/run/cdi",
+		example: "cdictl specs -o table\n  cdictl specs --spec-dir /var/run/cdi", empty: "CDI devices",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			dirs := specDirFlag(fs)
 			return func(a *app, args []string) int { return a.specs(a.specDirs(fs, *dirs), args) }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/pflag"
@@ -10,6 +11,7 @@ import (
 	"github.com/cdi-exec/plugins/internal/cdispec"
 	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/pkg/invoke"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -66,8 +68,12 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 		if _, err := a.caller().Info(a.ctx(), conf); err != nil {
 			e := toErrorJSON(err)
 			f := finding{File: conf.File, Msg: fmt.Sprintf("plugin %s refuses it: %s", conf.Plugin, e)}
-			if e.Code == protocol.CodeInvalidConfig {
+			switch {
+			case e.Code == protocol.CodeInvalidConfig:
 				f.Line, f.Col = caller.ArgsPlace(conf.Raw, e.Details)
+			case errors.Is(err, invoke.ErrNotFound): // at the name, with a did-you-mean
+				f.Msg = fmt.Sprintf("plugin %s: %s", conf.Plugin, e)
+				f.Line, f.Col = caller.Place(conf.Raw, "plugin")
 			}
 			out = append(out, f)
 		}
@@ -89,9 +95,7 @@ func (a *app) validate(specs bool, dirs []string, args []string) int {
 	} else {
 		a.writeFields([]rawjson.Field{{Key: "cdiVersion", Value: protocol.Latest}, {Key: "problems", Value: out}})
 	}
-	if len(out) > 0 {
-		fmt.Fprintf(a.stderr, "cdictl: %s\n", plural(len(out), "problem"))
-	}
+	fmt.Fprintf(a.stderr, "cdictl: %s\n", plural(len(out), "problem")) // "0 problems" too
 	return a.status(len(out) > 0)
 }
 

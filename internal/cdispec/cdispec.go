@@ -44,6 +44,9 @@ type Config struct {
 func Parse(raw json.RawMessage) (*Config, error) {
 	var c Config
 	if err := rawjson.DecodeStrict(raw, &c); err != nil {
+		if me := (*rawjson.MemberError)(nil); errors.As(err, &me) {
+			return nil, me.Below("cdi_spec") // placed at args.cdi_spec.<member>
+		}
 		return nil, fmt.Errorf("cdi_spec: %w", err)
 	}
 	vendor, class := parser.ParseQualifier(c.Kind)

@@ -118,7 +118,8 @@ func mismatch(raw []byte, v reflect.Value, path string) error {
 	if name == "" {
 		return fmt.Errorf("cannot decode %s into %s", what, v.Type())
 	}
-	return &MemberError{Name: name, Err: fmt.Errorf("field %q: cannot decode %s into %s", name, what, v.Type())}
+	return &MemberError{Name: name, Err: fmt.Errorf("field %q: cannot decode %s into %s", name, what, v.Type()),
+		At: fmt.Errorf("cannot decode %s into %s", what, v.Type())}
 }
 
 // UniqueMembers calls fn for each member of the object raw, as rawjson.Members
@@ -128,7 +129,7 @@ func UniqueMembers(raw []byte, path string, fn func(name string, value []byte) e
 	seen := make(map[string]bool, 8)
 	return Members(raw, func(name string, value []byte) error {
 		if seen[name] {
-			return &MemberError{Name: path + name, Err: fmt.Errorf("field %q is given twice", path+name)}
+			return memberError(path, name, func(p string) error { return fmt.Errorf("field %q is given twice", p+name) })
 		}
 		seen[name] = true
 		return fn(name, value)
@@ -172,12 +173,12 @@ func fieldIndex(t reflect.Type, name, path string) (int, error) {
 		}
 	}
 	if near != "" {
-		return 0, &MemberError{Name: path + name, Err: CaseError(path, name, near)}
+		return 0, memberError(path, name, func(p string) error { return CaseError(p, name, near) })
 	}
 	if near, ok := nearmiss.Closest(name, tags); ok {
-		return 0, &MemberError{Name: path + name, Err: fmt.Errorf("unknown field %q; did you mean %q?", path+name, path+near)}
+		return 0, memberError(path, name, func(p string) error { return fmt.Errorf("unknown field %q; did you mean %q?", p+name, p+near) })
 	}
-	return 0, &MemberError{Name: path + name, Err: fmt.Errorf("unknown field %q", path+name)}
+	return 0, memberError(path, name, func(p string) error { return fmt.Errorf("unknown field %q", p+name) })
 }
 
 // CaseError is the error for a member name that is a field's name only
@@ -225,8 +226,36 @@ func decodeSlice(raw []byte, v reflect.Value, path string) error {
 // names, so that a caller can point at it in the file.
 type MemberError struct {
 	Name string // the member's name as given; a dotted path below the top
-	Err  error
+	// Err says what is wrong, naming the member by its path
+	// (`unknown field "rules[0].share"`).
+	Err error
+	// At says it where the member is already named, by a message that
+	// leads with its path or by a place in the file (`unknown field
+	// "share"`); nil when Err says it so.
+	At error
 }
 
 func (e *MemberError) Error() string { return e.Err.Error() }
 func (e *MemberError) Unwrap() error { return e.Err }
+
+// Here is the error said at the member (At, else Err): what follows
+// the member's path in "args.rules[0].share: unknown field "share"".
+func (e *MemberError) Here() error {
+	if e.At != nil {
+		return e.At
+	}
+	return e.Err
+}
+
+// Below returns the error about the same member of an object that is
+// member outer of another ("cdi_spec"): its path then starts there.
+func (e *MemberError) Below(outer string) *MemberError {
+	return &MemberError{Name: outer + "." + e.Name, Err: fmt.Errorf("%s: %w", outer, e.Err), At: e.Here()}
+}
+
+// memberError is the error about member name of the object at path
+// ("" at the top, "inner." below inner); msg words it, naming the member
+// with a prefix: its path for Err, none for At.
+func memberError(path, name string, msg func(prefix string) error) *MemberError {
+	return &MemberError{Name: path + name, Err: msg(path), At: msg("")}
+}

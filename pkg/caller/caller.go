@@ -179,6 +179,13 @@ func ArgsPlace(raw []byte, details string) (line, col int) {
 	if !ok || !strings.HasPrefix(member, "args.") || strings.ContainsAny(member, " \t\"") {
 		return 0, 0
 	}
+	return Place(raw, member)
+}
+
+// Place returns the line and column of the value of member in the config
+// JSON raw: a dotted path with "[i]" for elements ("plugin",
+// "args.rules[1].paths[0]"); 0, 0 when raw has no such member.
+func Place(raw []byte, member string) (line, col int) {
 	off := rawjson.Locate(raw, member)
 	if off < 0 {
 		return 0, 0

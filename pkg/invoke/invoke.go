@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cdi-exec/plugins/internal/nearmiss"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
@@ -44,7 +45,29 @@ func Find(name, dirs string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w: %q in %s (the search path, %s)", ErrNotFound, name, dirs, protocol.EnvPath)
+	err := fmt.Errorf("%w: %q in %s (the search path, %s)", ErrNotFound, name, dirs, protocol.EnvPath)
+	if near, ok := nearmiss.Closest(name, executables(dirs)); ok {
+		err = fmt.Errorf("%w; did you mean %q?", err, near)
+	}
+	return "", err
+}
+
+// executables lists the names of the regular, executable files in the
+// colon-separated dirs, for a hint when a name is not among them.
+func executables(dirs string) []string {
+	var names []string
+	for _, dir := range filepath.SplitList(dirs) {
+		ents, err := os.ReadDir(dir)
+		if dir == "" || err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	return names
 }
 
 // Call is one plugin run.

@@ -41,8 +41,29 @@ func TestFind(t *testing.T) {
 	if _, err := Find("d", a); !errors.Is(err, ErrNotFound) {
 		t.Errorf("directory found: %v", err)
 	}
-	if _, err := Find("missing", a+":"+b); !errors.Is(err, ErrNotFound) {
+	if _, err := Find("missing", a+":"+b); !errors.Is(err, ErrNotFound) || strings.Contains(err.Error(), "did you mean") {
 		t.Errorf("err = %v", err)
+	}
+	// A misspelt name is named with the executable meant; a file that is
+	// not executable, or a directory, is never suggested.
+	script(t, b, "generic-tty", "true")
+	if err := os.WriteFile(filepath.Join(a, "sriov"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(a, "drm-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"generic-ty":  `; did you mean "generic-tty"?`,
+		"Generic-tty": `; did you mean "generic-tty"?`,
+		"pp":          `; did you mean "p"?`,
+		"sriv":        "",
+		"drm-dirs":    "",
+	} {
+		_, err := Find(name, a+":"+b)
+		if !errors.Is(err, ErrNotFound) || want != "" && !strings.HasSuffix(err.Error(), want) || want == "" && strings.Contains(err.Error(), "did you mean") {
+			t.Errorf("Find(%q): %v, want ending %q", name, err, want)
+		}
 	}
 }
 

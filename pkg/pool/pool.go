@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/cdi-exec/plugins/internal/alloc"
@@ -229,7 +228,9 @@ func StrictNUMA(policy string) (bool, error) {
 	case "strict":
 		return true, nil
 	}
-	return false, fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy)
+	return false, &protocol.MemberError{Name: "numa_policy", // placed at args.numa_policy (skel.ArgsError)
+		Err: fmt.Errorf("numa_policy: %q is neither \"preferred\" nor \"strict\"", policy),
+		At:  fmt.Errorf("%q is neither \"preferred\" nor \"strict\"", policy)}
 }
 
 // Info counts the usable devices: the node's allocatable capacity, 0
@@ -308,8 +309,8 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 				d.HeldBy = tx.Holder(d.Key)
 				continue
 			}
-			for s := range d.Shares {
-				if h := tx.Holder(ShareKey(d.Key, s)); h != "" && !slices.Contains(d.Holders, h) {
+			for s := range d.Shares { // one entry per held share
+				if h := tx.Holder(ShareKey(d.Key, s)); h != "" {
 					d.Holders = append(d.Holders, h)
 				}
 			}

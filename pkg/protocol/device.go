@@ -41,8 +41,10 @@ type DeviceInfo struct {
 	USBSerial  string `json:"usbSerial,omitempty"`
 	PCIAddress string `json:"pciAddress,omitempty"`
 	// Shares is how many requests may hold the device at once, when more
-	// than one; Holders then lists the request-ids holding a share, in
-	// order, and HeldBy is left empty.
+	// than one; Holders then lists the request-id holding each held
+	// share, in share order (an id holding two shares is listed twice,
+	// so len(Holders) is the number of shares held), and HeldBy is left
+	// empty.
 	Shares  int      `json:"shares,omitempty"`
 	Holders []string `json:"holders,omitempty"`
 }

@@ -186,6 +186,24 @@ func offers(plugin Plugin, cmd string) bool {
 	return true
 }
 
+// ArgsError is the error of a plugin that its config's args could not
+// make (About.New): code 101, unless the plugin said otherwise with a
+// protocol error. An error about one member (a *rawjson.MemberError, as
+// the strict decoding of the args and pool.StrictNUMA give) leads with the
+// member's path below args ("args.rules[0].share: unknown field "share";
+// did you mean "shares"?"), which cdictl validate turns into the line and
+// column of the config file (caller.ArgsPlace). The dispatcher words
+// every plugin's args errors so.
+func ArgsError(err error) error {
+	if e := (*protocol.Error)(nil); errors.As(err, &e) {
+		return err
+	}
+	if me := (*rawjson.MemberError)(nil); errors.As(err, &me) {
+		return protocol.Errorf(protocol.CodeInvalidConfig, "args.%s: %w", me.Name, me.Here())
+	}
+	return protocol.Errorf(protocol.CodeInvalidConfig, "args: %w", err)
+}
+
 func (d *Dispatcher) unsupported() error {
 	return protocol.NewError(protocol.CodeCommandUnsupported, "Unsupported command: "+d.Getenv(protocol.EnvCommand))
 }
@@ -195,11 +213,7 @@ func (d *Dispatcher) unsupported() error {
 func (d *Dispatcher) start(about About, c *Call) (Plugin, error) {
 	plugin, err := about.New(c)
 	if err != nil {
-		var e *protocol.Error
-		if !errors.As(err, &e) {
-			err = protocol.Errorf(protocol.CodeInvalidConfig, "args: %w", err)
-		}
-		return nil, err
+		return nil, ArgsError(err)
 	}
 	if !offers(plugin, c.Command) {
 		return nil, d.unsupported()

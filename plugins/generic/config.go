@@ -7,9 +7,9 @@ import (
 	"strings"
 
 	"github.com/cdi-exec/plugins/internal/chardev"
-	"github.com/cdi-exec/plugins/internal/rawjson"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/skel"
 )
 
 // args are the generic plugin's config args (docs/plugins.md#generic).
@@ -67,21 +67,11 @@ func configError(member string, err error) error {
 	return protocol.Errorf(protocol.CodeInvalidConfig, "args.%s: %w", member, err)
 }
 
-// argsError is code 101 for args that do not decode: naming the member
-// at fault when the decoder does.
-func argsError(err error) error {
-	var me *rawjson.MemberError
-	if errors.As(err, &me) {
-		return configError(me.Name, err)
-	}
-	return protocol.Errorf(protocol.CodeInvalidConfig, "args: %w", err)
-}
-
 func (a args) validate() (config, error) {
 	var cfg config
 	var err error
 	if cfg.strict, err = pool.StrictNUMA(a.NUMAPolicy); err != nil {
-		return cfg, configError("numa_policy", err)
+		return cfg, skel.ArgsError(err)
 	}
 	if len(a.Rules) == 0 {
 		return cfg, configError("rules", errors.New("missing or empty: list at least one rule"))

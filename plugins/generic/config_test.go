@@ -8,13 +8,14 @@ import (
 	"github.com/cdi-exec/plugins/internal/chardev"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
+	"github.com/cdi-exec/plugins/pkg/skel"
 )
 
 // parse runs the args through what newPlugin does with them.
 func parse(argsJSON string) (config, error) {
 	var a args
 	if _, err := pool.Args(protocol.Config{Args: []byte(argsJSON)}, &a); err != nil {
-		return config{}, argsError(err)
+		return config{}, skel.ArgsError(err)
 	}
 	return a.validate()
 }
@@ -30,10 +31,10 @@ func TestParseArgs(t *testing.T) {
 		{"with cdi_spec", `{"rules":[{"paths":["/dev/fuse"]}],"cdi_spec":{"kind":"example.com/fuse"}}`, ""},
 		{"no args", ``, "args.rules: missing or empty"},
 		{"empty rules", `{"rules":[]}`, "args.rules: missing or empty"},
-		{"unknown member", `{"rules":[{"paths":["/dev/kvm"],"share":3}]}`, `args.rules[0].share: unknown field "rules[0].share"`},
+		{"unknown member", `{"rules":[{"paths":["/dev/kvm"],"share":3}]}`, `args.rules[0].share: unknown field "share"; did you mean "shares"?`},
 		{"case", `{"Rules":[]}`, `args.Rules: field "Rules" is not "rules"`},
-		{"wrong type", `{"rules":[{"paths":"/dev/kvm"}]}`, `args.rules[0].paths: field "rules[0].paths": cannot decode a string`},
-		{"twice", `{"rules":[{"paths":["/dev/kvm"],"paths":["/dev/fuse"]}]}`, `args.rules[0].paths: field "rules[0].paths" is given twice`},
+		{"wrong type", `{"rules":[{"paths":"/dev/kvm"}]}`, `args.rules[0].paths: cannot decode a string`},
+		{"twice", `{"rules":[{"paths":["/dev/kvm"],"paths":["/dev/fuse"]}]}`, `args.rules[0].paths: field "paths" is given twice`},
 		{"neither", `{"rules":[{"shares":2}]}`, `args.rules[0]: a rule needs "paths"`},
 		{"both", `{"rules":[{"paths":["/dev/x"],"class":"tty"}]}`, `args.rules[0].class: a rule selects by "paths" or by "class", not both`},
 		{"names without class", `{"rules":[{"paths":["/dev/x"],"names":["x"]}]}`, `args.rules[0].names: "names" selects within a "class"`},
@@ -53,7 +54,7 @@ func TestParseArgs(t *testing.T) {
 		{"bad permissions", `{"rules":[{"paths":["/dev/kvm"],"permissions":"wr"}]}`, `args.rules[0].permissions: "wr" is not CDI device permissions`},
 		{"same paths twice", `{"rules":[{"paths":["/dev/kvm"]},{"paths":["/dev/fuse","/dev/kvm"],"shares":2}]}`, `args.rules[1].paths[1]: selects the same devices as rules[0].paths[0]`},
 		{"same class twice", `{"rules":[{"class":"hidraw"},{"class":"hidraw","group":"usb"}]}`, `args.rules[1].class: selects the same devices as rules[0].class`},
-		{"numa policy", `{"rules":[{"paths":["/dev/kvm"]}],"numa_policy":"loose"}`, `args.numa_policy: numa_policy: "loose"`},
+		{"numa policy", `{"rules":[{"paths":["/dev/kvm"]}],"numa_policy":"loose"}`, `args.numa_policy: "loose" is neither`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

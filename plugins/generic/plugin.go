@@ -20,7 +20,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	var a args
 	spec, err := pool.Args(c.Config, &a)
 	if err != nil {
-		return nil, argsError(err)
+		return nil, err // skel words it, placed at its member
 	}
 	cfg, err := a.validate()
 	if err != nil {

@@ -120,6 +120,11 @@ func TestGenericShares(t *testing.T) {
 	if got := len(n.records("generic")["big"].Devices()); got != 2 {
 		t.Errorf("kvm:2 holds %d shares", got)
 	}
+	// DEVICES lists a holder per held share: big twice, then vm4.
+	n.run("generic", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=kvm:1", "CDI_REQUEST_ID=vm4")
+	if inv := n.inventory("generic", conf); len(inv) != 1 || strings.Join(inv[0].Holders, ",") != "big,big,vm4" {
+		t.Errorf("DEVICES after kvm:2 and kvm:1: %+v", inv)
+	}
 }
 
 // A held adapter that comes back under another name after a replug
@@ -467,7 +472,7 @@ func TestGenericValidatePlacesProblems(t *testing.T) {
 	r := n.ctl("validate", "-o", "table")
 	for _, want := range []string{
 		filepath.Join(n.conf, "glob.d/g.conf") + `:7:28: plugin generic refuses it: error: Invalid configuration: args.rules[0].paths[1]: "/dev/tty[0-" is not a valid glob`,
-		filepath.Join(n.conf, "typo.d/g.conf") + `:8:15: plugin generic refuses it: error: Invalid configuration: args.rules[0].share: unknown field "rules[0].share"`,
+		filepath.Join(n.conf, "typo.d/g.conf") + `:8:15: plugin generic refuses it: error: Invalid configuration: args.rules[0].share: unknown field "share"; did you mean "shares"?`,
 		filepath.Join(n.conf, "twice.d/g.conf") + `:8:16: plugin generic refuses it: error: Invalid configuration: args.rules[1].paths[0]: selects the same devices as rules[0].paths[0]`,
 	} {
 		if !strings.Contains(r.stdout, want) {

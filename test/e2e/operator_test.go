@@ -185,9 +185,9 @@ func TestCdictlConfigProblems(t *testing.T) {
 	if r := good.ctl("validate"); r.status != 0 || !strings.Contains(r.stdout, `"problems": []`) {
 		t.Errorf("validate of good configs: %d %s %s", r.status, r.stdout, r.stderr)
 	}
-	// The plugin checks the args: an unknown arg is a problem.
+	// The plugin checks the args: an unknown arg is a problem, placed.
 	bad := newCtlNode(t, ctlHost(), map[string]string{"tty.d/t.conf": `{"cdiVersion":"0.0.1","name":"t","type":"tty","plugin":"generic-tty","args":{"num_system_reservd":1}}`})
-	if r := bad.ctl("validate", "-o", "table"); r.status != 1 || !strings.Contains(r.stdout, "t.conf: plugin generic-tty refuses it: error: Invalid configuration") {
+	if r := bad.ctl("validate", "-o", "table"); r.status != 1 || !strings.Contains(r.stdout, "t.conf:1:99: plugin generic-tty refuses it: error: Invalid configuration: args.num_system_reservd: unknown field") {
 		t.Errorf("validate of unknown args: %d %s %s", r.status, r.stdout, r.stderr)
 	}
 	// CDI spec files, as the CDI library reads them.

@@ -38,6 +38,19 @@ func TestMerge(t *testing.T) {
 	}
 }
 
+// A shared unit is its share devices; holders has an entry per held
+// share, so an id holding two shares holds two share devices, the last.
+func TestExpandShares(t *testing.T) {
+	got := Expand([]protocol.DeviceInfo{{Key: "kvm", Usable: true, Shares: 4, Holders: []string{"a", "b", "b"}}})
+	var held []string
+	for _, d := range got {
+		held = append(held, d.Key+"="+d.HeldBy)
+	}
+	if want := []string{"kvm=", "kvm-s1=b", "kvm-s2=b", "kvm-s3=a"}; !slices.Equal(held, want) {
+		t.Errorf("Expand: %v, want %v", held, want)
+	}
+}
+
 func TestGroupsAndOrder(t *testing.T) {
 	inv := Inventory{
 		Devices: []protocol.DeviceInfo{{Key: "a"}, {Key: "b"}, {Key: "c"}, {Key: "d"}},

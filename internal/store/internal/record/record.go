@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cdi-exec/plugins/internal/rawjson"
+	"github.com/cdi-exec/plugins/pkg/request"
 )
 
 // Device is one device held by a request.
@@ -33,6 +34,21 @@ type Allocation struct {
 	Delegate string `json:"delegate,omitempty"`
 }
 
+// Type returns the resource type of the allocation: the type of its
+// spec, which is the type of the config that made it (a plugin refuses a
+// spec of another type than its config's). It is the allocation's own,
+// where the record's Type is only that of the id's first ADD in the
+// plugin: a plugin serving several types (generic's kvm, fuse and tun)
+// keeps them in one record, and a delegate (drm for sriov's vgpu) keeps
+// its delegating plugin's allocations beside its own.
+func (a *Allocation) Type() string {
+	s, err := request.ParseSpec(a.Spec)
+	if err != nil { // not written by a plugin of this suite
+		return a.Spec
+	}
+	return s.Type
+}
+
 // HandedOut returns the node paths the allocation handed out.
 func (a *Allocation) HandedOut() []string {
 	if a.Nodes != nil {
@@ -53,7 +69,10 @@ func (a *Allocation) HandedOut() []string {
 
 // Record is everything one request-id holds in one plugin.
 type Record struct {
-	ID          string       `json:"id"`
+	ID string `json:"id"`
+	// Type is the resource type of the id's first ADD in the plugin. The
+	// record may hold allocations of other types as well: each
+	// allocation's own is its Type.
 	Type        string       `json:"type"`
 	Allocations []Allocation `json:"allocations"`
 	// Owner is who made the record: the CDI_REQUEST_OWNER of its first

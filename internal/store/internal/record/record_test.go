@@ -87,3 +87,18 @@ func TestOldRecord(t *testing.T) {
 		t.Fatalf("owned record: %+v %v", r, err)
 	}
 }
+
+// An allocation's type is its spec's, whatever the record's type.
+func TestAllocationType(t *testing.T) {
+	for spec, want := range map[string]string{
+		"kvm":         "kvm",
+		"gpu-memory":  "gpu",
+		"vgpu":        "vgpu",
+		"gpu-mig1g10": "gpu",
+		"not a spec!": "not a spec!",
+	} {
+		if got := (&Allocation{Spec: spec}).Type(); got != want {
+			t.Errorf("Type of %q = %q, want %q", spec, got, want)
+		}
+	}
+}
