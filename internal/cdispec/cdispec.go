@@ -140,6 +140,16 @@ func (c *Config) Path(o Owner, requestID string) string {
 	return filepath.Join(c.Dir, c.prefix()+requestID+o.suffix())
 }
 
+// FilePrefix is how the name of every spec file of this kind for the
+// request-id starts, whichever store owns it: Path's name up to the
+// owner. Request-ids never contain "_", so no other request's file starts
+// with it. A caller that knows the request-id but not the owning store
+// (the kubelet plugin, which sees only the CDI names an ADD answered)
+// finds the request's file by it.
+func (c *Config) FilePrefix(requestID string) string {
+	return c.prefix() + requestID + "_"
+}
+
 // QualifiedName is the name runtimes inject the request's device by.
 func (c *Config) QualifiedName(requestID string) string {
 	return c.Kind + "=" + DeviceName(requestID)
