@@ -17,7 +17,7 @@ import (
 
 func specsCommand() *command {
 	return &command{name: "specs", args: "[--spec-dir DIR]... | --restore", summary: "the CDI device names the node's CDI spec files define; --restore writes back missing ones",
-		example: "cdictl specs -o table\n  cdictl specs --spec-dir /var/run/cdi\n  cdictl specs --restore",
+		example:   "cdictl specs -o table\n  cdictl specs --spec-dir /var/run/cdi\n  cdictl specs --restore",
 		exclusive: [][]string{{"spec-dir", "restore"}},
 		setup: func(fs *pflag.FlagSet) runFunc {
 			dirs := specDirFlag(fs)
