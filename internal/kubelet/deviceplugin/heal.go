@@ -24,6 +24,10 @@ import (
 // its devices, and a missing one is written again by the same pinned ADD
 // as Allocate's, a replay.
 
+// listTimeout bounds one PodResources List of the healer: a restore asks
+// while it holds the lock Allocate takes.
+const listTimeout = 10 * time.Second
+
 // healer returns the healer of the resource's spec files.
 func (b *Plugin) healer(r *resource) *specheal.Healer {
 	var dirs []string
@@ -47,7 +51,7 @@ type heldRecords struct {
 // Expected implements specheal.Records: one entry per request-id of the
 // resource the kubelet lists, its Data the container's device ids.
 func (h *heldRecords) Expected(ctx context.Context) ([]specheal.Entry, error) {
-	l, err := podgc.List(ctx, h.socket)
+	l, err := h.list(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +76,13 @@ func (h *heldRecords) Expected(ctx context.Context) ([]specheal.Entry, error) {
 	return out, nil
 }
 
+// list asks the kubelet for its pods' devices, within listTimeout.
+func (h *heldRecords) list(ctx context.Context) (podgc.Listing, error) {
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	return podgc.List(ctx, h.socket)
+}
+
 // Restore implements specheal.Records: the allocation's pinned ADDs
 // again, replays that write its spec files from the stores' records.
 // Under the lock the garbage collector's frees take, the kubelet is
@@ -82,7 +93,7 @@ func (h *heldRecords) Restore(ctx context.Context, e specheal.Entry) error {
 	r := h.r
 	r.handout.Lock()
 	defer r.handout.Unlock()
-	l, err := podgc.List(ctx, h.socket)
+	l, err := h.list(ctx)
 	if err != nil {
 		return err
 	}
