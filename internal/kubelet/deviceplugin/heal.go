@@ -87,7 +87,7 @@ func (h *heldRecords) list(ctx context.Context) (podgc.Listing, error) {
 // again, replays that write its spec files from the stores' records.
 // Under the lock the garbage collector's frees take, the kubelet is
 // asked once more: an id it no longer lists may be freed any moment, and
-// is left alone; one it lists is touched, so that no free judged before
+// is left alone (specheal.ErrFreed); one it lists is touched, so that no free judged before
 // goes ahead.
 func (h *heldRecords) Restore(ctx context.Context, e specheal.Entry) error {
 	r := h.r
@@ -100,8 +100,7 @@ func (h *heldRecords) Restore(ctx context.Context, e specheal.Entry) error {
 	if !slices.ContainsFunc(l.Containers, func(c podgc.Container) bool {
 		return c.Resource == r.name && podgc.RequestID(r.name, r.typ, c.DeviceIDs) == e.ID
 	}) {
-		r.log.Info("a missing spec file is not put back: the kubelet no longer lists its allocation", "requestId", e.ID)
-		return nil
+		return fmt.Errorf("the kubelet no longer lists %s: %w", e.ID, specheal.ErrFreed)
 	}
 	r.gc.Touch(e.ID, time.Now())
 	ids, _ := e.Data.([]string)

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -120,8 +121,8 @@ func TestRestoreSkipsWhatTheKubeletDropped(t *testing.T) {
 	if _, err := r.caller.Del(context.Background(), r.confs[0], id); err != nil {
 		t.Fatal(err)
 	}
-	if err := recs.Restore(context.Background(), entries[0]); err != nil {
-		t.Fatal(err)
+	if err := recs.Restore(context.Background(), entries[0]); !errors.Is(err, specheal.ErrFreed) {
+		t.Fatalf("Restore of a dropped allocation: %v, want ErrFreed", err)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("the spec file of a freed allocation was written: %v", err)

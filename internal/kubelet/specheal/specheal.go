@@ -78,6 +78,10 @@ type Entry struct {
 	Data any
 }
 
+// ErrFreed is what Restore returns, wrapped or not, for an entry freed
+// since the records listed it: nothing was written, and nothing is wrong.
+var ErrFreed = errors.New("freed since it was listed")
+
 // Records are a mode's records of what it has prepared.
 type Records interface {
 	// Expected lists what is prepared now, read afresh at each call.
@@ -86,7 +90,7 @@ type Records interface {
 	// The Healer calls it for an entry the records listed a moment ago;
 	// Restore must still do nothing for an entry freed since, deciding
 	// under the lock the mode's frees take, so that it never allocates
-	// afresh what was just freed.
+	// afresh what was just freed; it then returns ErrFreed.
 	Restore(ctx context.Context, e Entry) error
 }
 
@@ -139,7 +143,12 @@ func (h *Healer) Check(ctx context.Context) (int, error) {
 			return restored, ctx.Err()
 		}
 		e := entries[m.entry]
-		if err := h.Records.Restore(ctx, e); err != nil {
+		err := h.Records.Restore(ctx, e)
+		if errors.Is(err, ErrFreed) {
+			h.log().Info("a missing CDI spec file is not put back: freed meanwhile", "driver", h.Driver, "id", e.ID, "missing", names(m.files))
+			continue
+		}
+		if err != nil {
 			h.log().Error("restoring missing CDI spec files failed", "driver", h.Driver, "id", e.ID, "missing", names(m.files), "err", err)
 			errs = append(errs, fmt.Errorf("%s: %w", e.ID, err))
 			continue

@@ -3,6 +3,7 @@ package specheal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -27,7 +28,7 @@ type fakeRecords struct {
 	entries  []Entry
 	reads    int
 	restored []string         // ids, in order
-	fail     map[string]error // Restore fails for these ids
+	fail     map[string]error // Restore fails for these ids (ErrFreed: writes nothing)
 	noWrite  map[string]bool  // Restore succeeds but writes nothing
 	// afterFirstRead, when set, changes the entries after the first
 	// Expected of a check (something freed meanwhile).
@@ -157,6 +158,15 @@ func TestCheck(t *testing.T) {
 		},
 		fail: map[string]error{"a": errors.New("plugin failed")},
 		want: []string{"b"}, files: 1, err: "a: plugin failed",
+	}, {
+		name: "an entry freed before its restore is no failure",
+		entries: func(dir string) []Entry {
+			c := *spec
+			c.Dir = dir
+			return []Entry{{ID: "a", Files: []File{SpecFile(&c, "a")}}, {ID: "b", Files: []File{SpecFile(&c, "b")}}}
+		},
+		fail: map[string]error{"a": fmt.Errorf("no pod lists it: %w", ErrFreed)},
+		want: []string{"b"}, files: 1,
 	}, {
 		name: "a restore that writes nothing is not counted",
 		entries: func(dir string) []Entry {
