@@ -16,11 +16,18 @@ import (
 )
 
 func specsCommand() *command {
-	return &command{name: "specs", args: "[--spec-dir DIR]...", summary: "the CDI device names the node's CDI spec files define",
-		example: "cdictl specs -o table\n  cdictl specs --spec-dir /var/run/cdi", empty: "CDI devices",
+	return &command{name: "specs", args: "[--spec-dir DIR]... | --restore", summary: "the CDI device names the node's CDI spec files define; --restore writes back missing ones",
+		example:   "cdictl specs -o table\n  cdictl specs --spec-dir /var/run/cdi\n  cdictl specs --restore",
+		exclusive: [][]string{{"spec-dir", "restore"}}, empty: "CDI devices",
 		setup: func(fs *pflag.FlagSet) runFunc {
 			dirs := specDirFlag(fs)
-			return func(a *app, args []string) int { return a.specs(a.specDirs(fs, *dirs), args) }
+			restore := fs.Bool("restore", false, "write back the spec file of every allocation in the plugins' stores whose file is missing (a pinned replay ADD of each), and list them")
+			return func(a *app, args []string) int {
+				if *restore {
+					return a.restoreSpecs(args)
+				}
+				return a.specs(a.specDirs(fs, *dirs), args)
+			}
 		}}
 }
 

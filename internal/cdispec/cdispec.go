@@ -143,6 +143,16 @@ func (c *Config) Path(o Owner, requestID string) string {
 	return filepath.Join(c.Dir, c.prefix()+requestID+o.suffix())
 }
 
+// FilePrefix is how the name of every spec file of this kind for the
+// request-id starts, whichever store owns it: Path's name up to the
+// owner. Request-ids never contain "_", so no other request's file starts
+// with it. A caller that knows the request-id but not the owning store
+// (the kubelet plugin, which sees only the CDI names an ADD answered)
+// finds the request's file by it.
+func (c *Config) FilePrefix(requestID string) string {
+	return c.prefix() + requestID + "_"
+}
+
 // Written reports whether the config's directory holds a spec file of
 // requestID, whichever store or driver wrote it: the files that define
 // the request's CDI devices of this kind. A directory that is not there
@@ -158,7 +168,7 @@ func (c *Config) Written(requestID string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("cdi spec dir: %w", err)
 	}
-	prefix := c.prefix() + requestID + "_"
+	prefix := c.FilePrefix(requestID)
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), prefix) && strings.HasSuffix(e.Name(), ".json") {
 			return true, nil

@@ -309,3 +309,27 @@ func TestWriteDevices(t *testing.T) {
 		t.Fatalf("QualifiedKeyNames = %v", names)
 	}
 }
+
+// FilePrefix starts the file of its request-id whoever owns it, and no
+// other request's.
+func TestFilePrefix(t *testing.T) {
+	c := &Config{Kind: "example.com/gpu", Dir: "/run/cdi"}
+	for _, tc := range []struct {
+		id, owner string
+		match     bool
+	}{
+		{"r1", "drm-00ff", true},
+		{"r1", "generic-tty-ab", true},
+		{"job-", "drm-00ff", true},
+		{"r", "drm-00ff", false},
+		{"r1-2", "drm-00ff", false},
+	} {
+		name := filepath.Base(c.Path(Owner{Plugin: strings.Split(tc.owner, "-")[0], Store: tc.owner[strings.LastIndex(tc.owner, "-")+1:]}, tc.id))
+		for _, want := range []string{"r1", "job-"} {
+			got := strings.HasPrefix(name, c.FilePrefix(want))
+			if got != (tc.match && tc.id == want) {
+				t.Errorf("%s starts with FilePrefix(%q) = %v", name, want, got)
+			}
+		}
+	}
+}

@@ -576,6 +576,54 @@ func TestChartContainerEditsMounts(t *testing.T) {
 	}
 }
 
+// TestChartBootID: drm's discovery cache keys on the host's boot id, read
+// under CDI_HOST_ROOT, so with a drm type the host's boot_id file is
+// mounted read-only where the plugin reads it; without one it is not.
+func TestChartBootID(t *testing.T) {
+	for _, tt := range []struct {
+		values []string
+		want   bool
+	}{
+		{nil, true},
+		{[]string{"types.gpu=null"}, false},
+		{[]string{"mode=device-plugin"}, true},
+		{[]string{"mode=device-plugin", "types.gpu=null"}, false},
+	} {
+		objs := rendering(t, tt.values...)
+		pod := find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec
+		c := container(t, objs)
+		var root string
+		for _, e := range c.Env {
+			if e.Name == "CDI_HOST_ROOT" {
+				root = e.Value
+			}
+		}
+		want := root + "/proc/sys/kernel/random/boot_id"
+		var name string
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == want {
+				if !m.ReadOnly {
+					t.Errorf("%v: %s is mounted writable", tt.values, want)
+				}
+				name = m.Name
+			}
+		}
+		if (name != "") != tt.want {
+			t.Errorf("%v: %s mounted: %v, want %v", tt.values, want, name != "", tt.want)
+			continue
+		}
+		if !tt.want {
+			continue
+		}
+		for _, v := range pod.Volumes {
+			if v.Name == name && (v.HostPath == nil || v.HostPath.Path != "/proc/sys/kernel/random/boot_id" ||
+				v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathFile) {
+				t.Errorf("%v: volume %+v", tt.values, v)
+			}
+		}
+	}
+}
+
 // TestChartProcDriver: a drm type reads each NVIDIA GPU's minor and UUID
 // from the host's /proc/driver/nvidia, so with one the host's /proc/driver
 // is mounted read-only under /host; without one it is not.

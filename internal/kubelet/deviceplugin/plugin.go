@@ -7,7 +7,8 @@
 // request-id made from the device set (reqid.go), and because the
 // device-plugin API never frees anything, the mode frees what the
 // kubelet's PodResources API no longer lists (podresources.go, gc.go,
-// collect.go). Every call to a plugin goes through pkg/caller.
+// collect.go). The spec files of what the kubelet holds are put back when
+// they go (heal.go). Every call to a plugin goes through pkg/caller.
 // docs/kubernetes.md describes it.
 package deviceplugin
 
@@ -140,7 +141,8 @@ func (b *Plugin) Run(ctx context.Context) error {
 	errs := make([]error, len(b.res))
 	for i, r := range b.res {
 		p := b.plugins[i]
-		wg.Add(2)
+		heal := b.healer(r)
+		wg.Add(3)
 		go func() {
 			defer wg.Done()
 			if errs[i] = p.Run(ctx); errs[i] != nil {
@@ -150,6 +152,10 @@ func (b *Plugin) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			r.poll(ctx, b.opt.Poll)
+		}()
+		go func() {
+			defer wg.Done()
+			heal.Run(ctx)
 		}()
 	}
 	wg.Add(1)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cdi-exec/plugins/internal/cdispec"
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/kubelet/metrics"
@@ -22,6 +23,7 @@ type resource struct {
 	name    string // "<prefix>/<type>"
 	typ     string
 	confs   []caller.Config
+	specs   []*cdispec.Config // each config's cdi_spec (specsOf)
 	caller  caller.Caller
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -46,10 +48,11 @@ type resource struct {
 }
 
 func newResource(name, typ string, confs []caller.Config, c caller.Caller, log *slog.Logger, m *metrics.Metrics, grace time.Duration) *resource {
+	log = log.With("resource", name)
 	return &resource{
-		name: name, typ: typ, confs: confs, caller: c, log: log.With("resource", name), metrics: m,
+		name: name, typ: typ, confs: confs, specs: specsOf(confs, log), caller: c, log: log, metrics: m,
 		gc: podgc.NewTracker(grace), claimGC: podgc.NewTracker(grace), poke: make(chan struct{}, 1),
-		poller:  inventory.NewPoller(c, confs, log.With("resource", name)),
+		poller:  inventory.NewPoller(c, confs, log),
 		changed: make(chan struct{}),
 	}
 }
@@ -131,18 +134,7 @@ func (r *resource) Allocate(ctx context.Context, ids []string) (*Allocation, err
 	r.handout.Lock()
 	defer r.handout.Unlock()
 	r.gc.Touch(id, start)
-	a := &Allocation{}
-	var err error
-	inv := r.poller.Inventory()
-	for _, g := range inv.Groups(inv.Order(ids)) {
-		var added *caller.Added
-		added, err = r.caller.AddDevices(ctx, r.confs[g.Conf], id, request.Spec{Type: r.typ}, inv.Units(g.Keys))
-		if err != nil {
-			break
-		}
-		a.Nodes = append(a.Nodes, added.Devices...)
-		a.CDIDevices = append(a.CDIDevices, added.CDIDevices...)
-	}
+	a, err := r.add(ctx, id, ids)
 	r.pollNow()
 	took := time.Since(start).Round(time.Millisecond)
 	if err != nil {
@@ -150,5 +142,22 @@ func (r *resource) Allocate(ctx context.Context, ids []string) (*Allocation, err
 		return nil, grpcError(err)
 	}
 	r.log.Info("allocate", "devices", ids, "requestId", id, "nodes", a.Nodes, "cdiDevices", a.CDIDevices, "took", took)
+	return a, nil
+}
+
+// add runs the pinned ADDs of the devices ids under id, one per config
+// that owns some of them, and returns what the container gets. The
+// caller holds handout.
+func (r *resource) add(ctx context.Context, id string, ids []string) (*Allocation, error) {
+	a := &Allocation{}
+	inv := r.poller.Inventory()
+	for _, g := range inv.Groups(inv.Order(ids)) {
+		added, err := r.caller.AddDevices(ctx, r.confs[g.Conf], id, request.Spec{Type: r.typ}, inv.Units(g.Keys))
+		if err != nil {
+			return nil, err
+		}
+		a.Nodes = append(a.Nodes, added.Devices...)
+		a.CDIDevices = append(a.CDIDevices, added.CDIDevices...)
+	}
 	return a, nil
 }

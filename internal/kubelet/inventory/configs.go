@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -71,4 +72,23 @@ func withSpec(raw []byte, kind, dir string) ([]byte, error) {
 		args["cdi_spec"] = spec
 		return true, nil
 	})
+}
+
+// Spec returns the cdi_spec of a config that Configs loaded (every one
+// has one): the kind and directory of the spec files its plugin writes.
+func Spec(conf caller.Config) (*cdispec.Config, error) {
+	var c struct {
+		Args json.RawMessage `json:"args"`
+	}
+	if err := json.Unmarshal(conf.Raw, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", conf.File, err)
+	}
+	spec, err := cdispec.FromArgs(c.Args)
+	if err == nil && spec == nil {
+		err = errors.New("no cdi_spec arg")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", conf.File, err)
+	}
+	return spec, nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +129,39 @@ func TestPollerKeepsLastAnswer(t *testing.T) {
 	}
 	if _, _, ok := p.Reported("d1"); ok {
 		t.Fatal("Reported(d1): a key nobody reports")
+	}
+}
+
+// Every config Configs loads has a cdi_spec, its own or the one it is
+// given, and Spec reads it back.
+func TestConfigsSpec(t *testing.T) {
+	dir := t.TempDir()
+	for name, conf := range map[string]string{
+		"tty.d/own.conf":   `{"cdiVersion":"0.0.2","name":"a","type":"tty","plugin":"generic-tty","args":{"cdi_spec":{"kind":"example.com/tty","dir":"/run/own"}}}`,
+		"tty.d/given.conf": `{"cdiVersion":"0.0.2","name":"b","type":"tty","plugin":"generic-tty"}`,
+	} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byType, _, err := Configs(dir, nil, "cdi-exec.io", "/var/run/cdi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "example.com/tty /run/own", "b": "cdi-exec.io/tty /var/run/cdi"}
+	for _, c := range byType["tty"] {
+		spec, err := Spec(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := spec.Kind + " " + spec.Dir; got != want[c.Name] {
+			t.Errorf("%s: spec %s, want %s", c.Name, got, want[c.Name])
+		}
+	}
+	if _, err := Spec(caller.Config{File: "x.conf", Raw: []byte(`{"args":{}}`)}); err == nil || !strings.Contains(err.Error(), "x.conf: no cdi_spec") {
+		t.Errorf("a config without cdi_spec: %v", err)
 	}
 }

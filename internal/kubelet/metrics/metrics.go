@@ -1,7 +1,8 @@
 // Package metrics holds the Prometheus metrics of cdi-kubelet-plugin, in
 // a registry of their own: claims prepared and unprepared, every plugin
-// run, the devices published, claims and
-// allocations freed, and failed polls. All names start with cdi_exec_; docs/operations.md lists them.
+// run, the devices published, claims and allocations freed, failed
+// polls, and the CDI spec files put back. All names start with cdi_exec_;
+// docs/operations.md lists them.
 package metrics
 
 import (
@@ -39,6 +40,7 @@ type Metrics struct {
 	staleFreed        *prometheus.CounterVec
 	gcFrees           *prometheus.CounterVec
 	pollErrors        *prometheus.CounterVec
+	specRestored      *prometheus.CounterVec
 }
 
 // New returns the metrics in a new registry, with the Go runtime's and
@@ -88,12 +90,17 @@ func New() *Metrics {
 			Name: "cdi_exec_poll_errors_total",
 			Help: "Failed polls of a plugin's devices (DEVICES, or the runs it needs), by DRA driver or device-plugin resource.",
 		}, []string{"driver"}),
+		specRestored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cdi_exec_spec_files_restored_total",
+			Help: "CDI spec files put back because they had gone while what they describe was still prepared, by DRA driver or device-plugin resource.",
+		}, []string{"driver"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.prepare, m.prepareDuration, m.unprepare, m.unprepareDuration, m.pluginRun,
 		m.published, m.staleFreed, m.gcFrees, m.pollErrors,
+		m.specRestored,
 	)
 	return m
 }
@@ -148,3 +155,7 @@ func (m *Metrics) GCFreed(resource string) { m.gcFrees.WithLabelValues(resource)
 
 // PollFailed counts a failed poll of a driver's (or resource's) devices.
 func (m *Metrics) PollFailed(driver string) { m.pollErrors.WithLabelValues(driver).Inc() }
+
+// SpecFileRestored counts a CDI spec file a driver (or device-plugin
+// resource) put back.
+func (m *Metrics) SpecFileRestored(driver string) { m.specRestored.WithLabelValues(driver).Inc() }

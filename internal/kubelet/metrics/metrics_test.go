@@ -23,6 +23,7 @@ func TestNamesAndLabels(t *testing.T) {
 	m.StaleClaimFreed("tty.cdi-exec.io")
 	m.GCFreed("cdi-exec.io/tty")
 	m.PollFailed("gpu.cdi-exec.io")
+	m.SpecFileRestored("cdi-exec.io/tty")
 
 	problems, err := testutil.GatherAndLint(m.Registry())
 	if err != nil {
@@ -47,6 +48,7 @@ func TestNamesAndLabels(t *testing.T) {
 		`cdi_exec_stale_claims_freed_total{driver="tty.cdi-exec.io"} 1`,
 		`cdi_exec_device_plugin_gc_frees_total{resource="cdi-exec.io/tty"} 1`,
 		`cdi_exec_poll_errors_total{driver="gpu.cdi-exec.io"} 1`,
+		`cdi_exec_spec_files_restored_total{driver="cdi-exec.io/tty"} 1`,
 		"\ngo_goroutines ",
 		"\nprocess_start_time_seconds ",
 	} {
