@@ -36,12 +36,18 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests vulncheck
+.PHONY: all build plugins image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests vulncheck
 
 all: build
 
 build:
 	$(GIT_TRUST) $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./plugins/... ./cmd/...
+
+# The plugins and cdictl only: what a node without Kubernetes runs, and
+# all that make demo and the README's first steps need. It leaves out
+# cdi-kubelet-plugin, whose Kubernetes modules take most of a cold build.
+plugins:
+	$(GIT_TRUST) $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./plugins/... ./cmd/cdictl
 
 # The node image (Containerfile, deploy/): the static binaries of bin/ and
 # the licenses they need (scripts/licenses.sh), FROM scratch, so it needs
@@ -202,9 +208,10 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# KEEP=1 keeps the demo host and prints the environment to go on with it.
+# KEEP=1 keeps the demo hosts and prints the environment to go on with
+# them. It builds only what it runs (plugins).
 KEEP ?=
-demo: build
+demo: plugins
 	KEEP=$(KEEP) BIN=$(BIN) ./scripts/demo.sh
 
 # Go benchmarks of the hot functions, then whole invocations against an
