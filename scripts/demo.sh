@@ -29,6 +29,8 @@ go build -o "$work/mkhost" ./test/fixture/mkhost
 "$work/mkhost" -host demo/host.json -root "$work/host"
 "$work/mkhost" -host generic-devices -root "$work/generic-devices"
 rm "$work/mkhost"
+# The same, quoted for the printed lines.
+qwork=$(printf %q "$work") qbin=$(printf %q "$bin")
 [ "$(id -u)" = 0 ] || echo "Not root: /dev entries of the fixtures are 0:0 character devices, not the real numbers."
 
 # setenv 'export VAR=VALUE...': print the line and run it.
@@ -57,7 +59,7 @@ plugin() {
 }
 
 echo "== The fixture host of demo/host.json: ttys, GPUs of two vendors on two NUMA nodes, an SR-IOV GPU"
-setenv "export CDI_HOST_ROOT=$work/host CDI_STATE_DIR=$work/state CDI_PATH=$bin"
+setenv "export CDI_HOST_ROOT=$qwork/host CDI_STATE_DIR=$qwork/state CDI_PATH=$qbin"
 
 echo
 echo "== generic-tty: virtual consoles, 12 reserved for the host"
@@ -96,7 +98,7 @@ plugin sriov $vgpu CDI_VERSION=0.0.2 CDI_COMMAND=DEL CDI_REQUEST_ID=vm-1
 echo
 echo "== generic: /dev/kvm shared by two sandboxes, and a USB serial adapter chosen by its serial number"
 echo "   (mkhost's generic-devices host: kvm, fuse, tun, three CH340 adapters, a webcam, a YubiKey, an NPU)"
-setenv "export CDI_HOST_ROOT=$work/generic-devices CDI_STATE_DIR=$work/generic-state"
+setenv "export CDI_HOST_ROOT=$qwork/generic-devices CDI_STATE_DIR=$qwork/generic-state"
 kvm=demo/generic-conf/kvm.d/generic-kvm.conf
 plugin generic $kvm CDI_COMMAND=INFO
 plugin generic $kvm CDI_COMMAND=ADD CDI_REQUEST=kvm:1 CDI_REQUEST_ID=sandbox-1
@@ -115,7 +117,7 @@ show "$shown/cdictl devices -o table --conf-dir demo/generic-conf"
 
 echo
 echo "== cdictl: the first host through the reference caller (configs in demo/conf/)"
-setenv "export CDI_HOST_ROOT=$work/host CDI_STATE_DIR=$work/state CDI_CONF_DIR=demo/conf"
+setenv "export CDI_HOST_ROOT=$qwork/host CDI_STATE_DIR=$qwork/state CDI_CONF_DIR=demo/conf"
 ctl() { show "$shown/cdictl $*"; }
 ctl version -o table
 ctl info -o table
