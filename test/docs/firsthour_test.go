@@ -224,3 +224,27 @@ func TestPluginArgsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// make demo builds only what it runs: the plugins and cdictl, never
+// cdi-kubelet-plugin and its Kubernetes modules (most of a cold build).
+func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("make is not on PATH: %v", err)
+	}
+	out, err := exec.Command("make", "--no-print-directory", "-n", "-C", "../..", "demo").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n demo: %v\n%s", err, out)
+	}
+	var builds []string
+	for line := range strings.Lines(string(out)) {
+		if strings.Contains(line, " build ") {
+			builds = append(builds, line)
+		}
+	}
+	if len(builds) != 1 || !strings.HasSuffix(strings.TrimSpace(builds[0]), " ./plugins/... ./cmd/cdictl") {
+		t.Errorf("make demo builds %q, want one go build of ./plugins/... ./cmd/cdictl", builds)
+	}
+	if strings.Contains(string(out), "cdi-kubelet-plugin") || strings.Contains(string(out), "./cmd/...") {
+		t.Errorf("make demo builds cdi-kubelet-plugin:\n%s", out)
+	}
+}
