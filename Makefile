@@ -36,18 +36,30 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build image install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests vulncheck
+.PHONY: all build plugins image chart install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests vulncheck
 
 all: build
 
 build:
 	$(GIT_TRUST) $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./plugins/... ./cmd/...
 
+# The plugins and cdictl only: what a node without Kubernetes runs, and
+# all that make demo and the README's first steps need. It leaves out
+# cdi-kubelet-plugin, whose Kubernetes modules take most of a cold build.
+plugins:
+	$(GIT_TRUST) $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./plugins/... ./cmd/cdictl
+
 # The node image (Containerfile, deploy/): the static binaries of bin/ and
 # the licenses they need (scripts/licenses.sh), FROM scratch, so it needs
 # no network. Its build context is a staged copy of exactly those, never
 # bin/ itself (which may hold deb/ and other build outputs).
-IMAGE        ?= localhost/cdi-exec/plugins:dev
+#
+# It is tagged with the version (VERSION, as stamped into the binaries),
+# not a fixed :dev, so that a node which has an earlier build pulls the
+# new one. IMAGE names it otherwise.
+IMAGE_REPO   ?= localhost/cdi-exec/plugins
+IMAGE_TAG    ?= $(or $(VERSION),dev)
+IMAGE        ?= $(IMAGE_REPO):$(IMAGE_TAG)
 PODMAN       ?= podman
 PODMAN_FLAGS ?=
 IMAGE_STAGE  := $(BIN)/image-stage
@@ -57,6 +69,15 @@ image: build
 	scripts/licenses.sh "$(IMAGE_STAGE)/licenses" $(addprefix $(BIN)/,$(PLUGINS) $(TOOLS))
 	$(PODMAN) $(PODMAN_FLAGS) build --pull=never --network=none -f Containerfile -t $(IMAGE) "$(IMAGE_STAGE)"; \
 	  status=$$?; rm -rf "$(IMAGE_STAGE)"; exit $$status
+
+# The Helm chart packaged into $(BIN)/cdi-exec-plugins-<version>.tgz: its
+# version is VERSION without the v (SemVer, as helm wants: 0.0.0 when
+# there is none), its appVersion, the image tag it defaults to, the tag
+# make image gives. Needs helm: on the PATH, or make helm's.
+CHART_VERSION ?= $(patsubst v%,%,$(or $(VERSION),v0.0.0))
+CHART_HELM    ?= $(or $(shell command -v helm 2>/dev/null),$(HELM))
+chart:
+	$(CHART_HELM) package deploy/helm/cdi-exec-plugins --version "$(CHART_VERSION)" --app-version "$(IMAGE_TAG)" -d "$(BIN)"
 
 install: build
 	install -d "$(PLUGINDIR)" "$(TOOLDIR)"
@@ -110,7 +131,7 @@ test: build lint helm
 	$(call guarded,CDI_TEST_BIN_DIR=$(abspath $(BIN)) CDI_TEST_HELM=$(HELM) $(REPORT) $(GO) test -json -count=1 ./...)
 
 # helm, built from its Go module into the real-node tools' cache (pinned in
-# test/k8s/build-tools.sh; about 2 minutes the first time).
+# test/k8s/build-tools.sh; 299 s the first time on a loaded 2-core machine).
 E2E_CACHE := $(or $(CDI_E2E_CACHE),$(HOME)/.cache/cdi-e2e)
 HELM      := $(E2E_CACHE)/bin/helm
 helm:
@@ -202,9 +223,10 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# KEEP=1 keeps the demo host and prints the environment to go on with it.
+# KEEP=1 keeps the demo hosts and prints the environment to go on with
+# them. It builds only what it runs (plugins).
 KEEP ?=
-demo: build
+demo: plugins
 	KEEP=$(KEEP) BIN=$(BIN) ./scripts/demo.sh
 
 # Go benchmarks of the hot functions, then whole invocations against an

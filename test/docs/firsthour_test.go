@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,6 +32,11 @@ func TestReadmeMkhostRecipe(t *testing.T) {
 	for _, h := range strings.Split(cmd[3], ",") {
 		hosts = append(hosts, strings.TrimPrefix(strings.TrimSpace(h), "-host "))
 	}
+	for _, h := range fixture.Hosts() {
+		if !slices.Contains(hosts, h) {
+			t.Errorf("the README's mkhost recipe leaves out the fixture host %s", h)
+		}
+	}
 	for _, h := range hosts {
 		if h == "" {
 			continue
@@ -52,6 +58,39 @@ func TestReadmeMkhostRecipe(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "sys/class")); err != nil {
 		t.Errorf("the recipe built no host: %v", err)
+	}
+}
+
+// Every plugin is named where a reader first learns what the suite hands
+// out: the README's first paragraph, the chart's description and the first
+// paragraph of the chart's README.
+func TestEveryPluginNamed(t *testing.T) {
+	plugins, err := os.ReadDir("../../plugins")
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstParagraph := func(file, after string) string {
+		b, err := os.ReadFile(filepath.Join("../..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, text, ok := strings.Cut(string(b), after)
+		if !ok {
+			t.Fatalf("%s lacks %q", file, after)
+		}
+		text, _, _ = strings.Cut(strings.TrimLeft(text, "\n"), "\n\n")
+		return text
+	}
+	for _, text := range []struct{ file, text string }{
+		{"README.md", firstParagraph("README.md", "# CDI exec plugins\n")},
+		{"deploy/helm/cdi-exec-plugins/Chart.yaml", firstParagraph("deploy/helm/cdi-exec-plugins/Chart.yaml", "description: >-\n")},
+		{"deploy/helm/cdi-exec-plugins/README.md", firstParagraph("deploy/helm/cdi-exec-plugins/README.md", "# cdi-exec-plugins\n")},
+	} {
+		for _, p := range plugins {
+			if !regexp.MustCompile("(^|[^-`a-z])`?" + regexp.QuoteMeta(p.Name()) + "`?($|[^-a-z])").MatchString(text.text) {
+				t.Errorf("the first paragraph of %s does not name the plugin %s:\n%s", text.file, p.Name(), text.text)
+			}
+		}
 	}
 }
 
@@ -213,5 +252,29 @@ func TestPluginArgsDocumented(t *testing.T) {
 				t.Errorf("the README's config reference lacks the %s arg %s", p.Name(), name)
 			}
 		}
+	}
+}
+
+// make demo builds only what it runs: the plugins and cdictl, never
+// cdi-kubelet-plugin and its Kubernetes modules (most of a cold build).
+func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("make is not on PATH: %v", err)
+	}
+	out, err := exec.Command("make", "--no-print-directory", "-n", "-C", "../..", "demo").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n demo: %v\n%s", err, out)
+	}
+	var builds []string
+	for line := range strings.Lines(string(out)) {
+		if strings.Contains(line, " build ") {
+			builds = append(builds, line)
+		}
+	}
+	if len(builds) != 1 || !strings.HasSuffix(strings.TrimSpace(builds[0]), " ./plugins/... ./cmd/cdictl") {
+		t.Errorf("make demo builds %q, want one go build of ./plugins/... ./cmd/cdictl", builds)
+	}
+	if strings.Contains(string(out), "cdi-kubelet-plugin") || strings.Contains(string(out), "./cmd/...") {
+		t.Errorf("make demo builds cdi-kubelet-plugin:\n%s", out)
 	}
 }

@@ -126,6 +126,7 @@ func TestDemoKeep(t *testing.T) {
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Fatalf("the demo left %v in TMPDIR", left)
 	}
+	checkDemoOutput(t, r.stdout)
 	r = demo("1")
 	if r.status != 0 {
 		t.Fatalf("demo KEEP=1: %d\n%s\n%s", r.status, r.stdout, r.stderr)
@@ -136,7 +137,7 @@ func TestDemoKeep(t *testing.T) {
 			export = strings.TrimSpace(rest)
 		}
 	}
-	if export == "" || !strings.Contains(r.stdout, "Remove it with: rm -rf '"+tmp) {
+	if export == "" || !strings.Contains(r.stdout, "Remove them with: rm -rf '"+tmp) {
 		t.Fatalf("demo KEEP=1 printed no environment:\n%s", r.stdout)
 	}
 	env := []string{"PATH=" + os.Getenv("PATH")}
@@ -153,6 +154,71 @@ func TestDemoKeep(t *testing.T) {
 	if r.status != 0 || r.stderr != "" ||
 		!strings.Contains(r.stdout, "gpu       4         drm") || !strings.Contains(r.stdout, "vgpu      4         sriov") {
 		t.Errorf("cdictl info in the kept demo: %d\n%s\n%s", r.status, r.stdout, r.stderr)
+	}
+}
+
+// checkDemoOutput checks what make demo prints: each command line is
+// one that runs from the repository's top directory (the binaries and
+// configs it names are there, none of an installed node's); cdictl's
+// --numa 1 gets node 1, which the plugin steps freed first; the generic
+// plugin's kvm shares fill up and its serial rule picks the adapter of
+// that serial.
+func checkDemoOutput(t *testing.T, out string) {
+	t.Helper()
+	var commands []string
+	for line := range strings.Lines(out) {
+		if cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "$ "); ok {
+			commands = append(commands, cmd)
+		}
+	}
+	if len(commands) < 40 {
+		t.Fatalf("the demo printed %d command lines:\n%s", len(commands), out)
+	}
+	for _, cmd := range commands {
+		if strings.Contains(cmd, "/opt/cdi") || strings.Contains(cmd, "/etc/cdi") {
+			t.Errorf("the demo prints %q, which is not what it runs", cmd)
+		}
+		if strings.HasPrefix(cmd, "export ") {
+			continue
+		}
+		var named []string // the binary, and the config after <
+		fields := strings.Fields(cmd)
+		for i, f := range fields {
+			if !strings.Contains(f, "=") && len(named) == 0 {
+				named = append(named, f)
+			}
+			if f == "<" && i+1 < len(fields) {
+				named = append(named, fields[i+1])
+			}
+		}
+		for _, p := range named {
+			if !filepath.IsAbs(p) {
+				p = filepath.Join("../..", p)
+			}
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("the demo's command %q names a file that is not there: %v", cmd, err)
+			}
+		}
+	}
+	// The demo names the binaries relative to the top directory when
+	// they are in it.
+	bin := binDir
+	if root, err := filepath.Abs("../.."); err == nil {
+		if rel, ok := strings.CutPrefix(binDir, root+"/"); ok {
+			bin = rel
+		}
+	}
+	for _, want := range []string{
+		"$ " + bin + "/cdictl add --id pod-a --numa 1 gpu:1,tty:2,vgpu:1\n{\n  \"cdiVersion\": \"0.0.2\",\n  \"devices\": [\n    \"/dev/dri/card2\",",
+		"\"numa_locality\": [\n    1\n  ]\n}\nExit status: 0\n",
+		"CDI_REQUEST_ID=sandbox-3 " + bin + "/generic < demo/generic-conf/kvm.d/generic-kvm.conf\n{\n  \"cdiVersion\": \"0.0.2\",\n  \"code\": 103,",
+		"CDI_REQUEST_ID=flasher " + bin + "/generic < demo/generic-conf/usbserial.d/generic-serial.conf\n{\n  \"cdiVersion\": \"0.0.2\",\n  \"devices\": [\n    \"/dev/ttyUSB1\"\n  ]",
+		"usbserial  generic  1a86:7523:B71234XY  /dev/ttyUSB1",
+		"kvm        generic  kvm                 /dev/kvm      -          -     -     -       2 of 2 shares held by ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, out)
+		}
 	}
 }
 

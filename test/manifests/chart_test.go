@@ -656,3 +656,75 @@ func TestChartProcDriver(t *testing.T) {
 		}
 	}
 }
+
+// make chart packages the chart with the version make image tags: the
+// package's version is that version without its v (SemVer), its
+// appVersion the tag, and the chart rendered from the package, with no
+// values set, runs exactly the image make image builds.
+func TestChartVersionIsImageTag(t *testing.T) {
+	helmBin := os.Getenv("CDI_TEST_HELM")
+	if helmBin == "" {
+		t.Skip("CDI_TEST_HELM is not set: make test builds helm (test/k8s/build-tools.sh helm) and sets it")
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("make is not on PATH: %v", err)
+	}
+	runMake := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("make", append([]string{"--no-print-directory", "-C", "../.."}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	// The name make image gives the image, from its podman command.
+	var image string
+	for f := range strings.FieldsSeq(runMake("-n", "image")) {
+		if rest, ok := strings.CutPrefix(f, "localhost/cdi-exec/plugins:"); ok && rest != "" {
+			image = f
+		}
+	}
+	if image == "" {
+		t.Fatal("make -n image names no localhost/cdi-exec/plugins:<tag> image")
+	}
+	tag := strings.TrimPrefix(image, "localhost/cdi-exec/plugins:")
+	if tag == "dev" {
+		t.Fatalf("make image tags %s in a git checkout, not the version", image)
+	}
+
+	dir := t.TempDir()
+	runMake("chart", "BIN="+dir, "CHART_HELM="+helmBin)
+	pkgs, err := filepath.Glob(filepath.Join(dir, "cdi-exec-plugins-*.tgz"))
+	if err != nil || len(pkgs) != 1 {
+		t.Fatalf("make chart made %v (%v), want one package", pkgs, err)
+	}
+	meta, err := helm(t, "show", "chart", pkgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimPrefix(tag, "v")
+	for _, want := range []string{"\nversion: " + version + "\n", "\nappVersion: " + tag + "\n"} {
+		if !strings.Contains("\n"+meta, want) {
+			t.Errorf("the packaged chart lacks %q:\n%s", strings.TrimSpace(want), meta)
+		}
+	}
+	if filepath.Base(pkgs[0]) != "cdi-exec-plugins-"+version+".tgz" {
+		t.Errorf("the package is %s, want cdi-exec-plugins-%s.tgz", filepath.Base(pkgs[0]), version)
+	}
+	out, err := helm(t, "template", "cdi", pkgs[0], "--namespace", namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "chart.yaml")
+	if err := writeFile(path, out); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := container(t, objs).Image; got != image {
+		t.Errorf("the packaged chart runs %s, want %s, the image make image builds", got, image)
+	}
+}
