@@ -317,7 +317,7 @@ func TestChartValues(t *testing.T) {
 	// cluster. Its own ResourceSlices are the one kind it lists and
 	// watches, by a field selector on its node (docs/kubernetes.md#what-the-driver-reads).
 	t.Run("node-scoped reads", func(t *testing.T) {
-		for _, values := range [][]string{nil, {"mode=device-plugin"}, {"mode=both"}} {
+		for _, values := range [][]string{nil, {"mode=device-plugin"}} {
 			objs := rendering(t, values...)
 			var rules []rbacv1.PolicyRule
 			for _, r := range findAll[*rbacv1.ClusterRole](objs) {

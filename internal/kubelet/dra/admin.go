@@ -3,15 +3,12 @@ package dra
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 
-	sigsjson "sigs.k8s.io/json"
-
 	"github.com/cdi-exec/plugins/internal/cdispec"
-	"github.com/cdi-exec/plugins/pkg/caller"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 )
 
 // A device allocated with admin access (a monitoring or debugging pod
@@ -28,31 +25,6 @@ import (
 func (lc *lifecycle) adminOwner() cdispec.Owner {
 	sum := sha256.Sum256([]byte(lc.name))
 	return cdispec.Owner{Plugin: "cdi-kubelet-plugin", Store: hex.EncodeToString(sum[:8])}
-}
-
-// specOf returns a config's cdi_spec arg; inventory.Configs gives every
-// config one.
-func specOf(conf caller.Config) (*cdispec.Config, error) {
-	var c struct {
-		Args json.RawMessage `json:"args"`
-	}
-	// The config was checked when it loaded (caller.Load); only its args
-	// are wanted here.
-	strict, err := sigsjson.UnmarshalStrict(conf.Raw, &c, sigsjson.DisallowDuplicateFields)
-	if err == nil {
-		err = errors.Join(strict...)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", conf.File, err)
-	}
-	spec, err := cdispec.FromArgs(c.Args)
-	if err == nil && spec == nil {
-		err = errors.New("no cdi_spec arg")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", conf.File, err)
-	}
-	return spec, nil
 }
 
 // writeAdminSpec writes the spec of the claim's admin-access devices, one
@@ -73,7 +45,7 @@ func (lc *lifecycle) writeAdminSpec(uid string, keys []string, cdi map[string][]
 		devs, confOf = append(devs, dev), append(confOf, conf)
 	}
 	for _, conf := range slices.Compact(slices.Sorted(slices.Values(confOf))) {
-		spec, err := specOf(lc.confs[conf])
+		spec, err := inventory.Spec(lc.confs[conf])
 		if err != nil {
 			return err
 		}
@@ -104,7 +76,7 @@ func (lc *lifecycle) writeAdminSpec(uid string, keys []string, cdi map[string][]
 func (lc *lifecycle) removeAdminSpecs(uid string) error {
 	var errs []error
 	for _, conf := range lc.confs {
-		spec, err := specOf(conf)
+		spec, err := inventory.Spec(conf)
 		if err == nil {
 			err = spec.Remove(lc.adminOwner(), uid)
 		}

@@ -233,6 +233,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 			defer wg.Done()
 			d.lifecycle.collectEvery(ctx, p.opt.StaleInterval)
 		}()
+		wg.Go(func() { d.lifecycle.healer().Run(ctx) })
 	}
 	<-ctx.Done()
 	p.stop()

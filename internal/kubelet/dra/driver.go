@@ -112,6 +112,10 @@ type lifecycle struct {
 	recorder events.EventRecorder // nil: no events
 	status   *statusWriter        // claims' status.devices (status.go); nil: not written
 	metadata bool                 // prepared devices carry their metadata (KEP-5304)
+	// metadataDir is the helper's plugin data directory, where it keeps
+	// the metadata files, and cdiDir where it writes the specs that mount
+	// them (restore.go).
+	metadataDir, cdiDir string
 	// leftovers are the device-plugin mode's ids of the type (migrate.go).
 	leftovers leftovers
 
@@ -152,6 +156,7 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 			name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller, client: opt.Client,
 			records: records, poller: poller, grace: opt.StaleGrace, hostRoot: opt.HostRoot,
 			log: log, metrics: opt.Metrics, recorder: rec, status: status, metadata: opt.DeviceMetadata,
+			metadataDir: filepath.Dir(dra), cdiDir: opt.CDISpecDir,
 			leftovers: leftovers{resource: opt.Suffix + "/" + typ, tracker: podgc.NewTracker(opt.StaleGrace)},
 			preparing: map[string]bool{}, missing: map[string]time.Time{},
 		},

@@ -16,6 +16,7 @@ import (
 	"github.com/cdi-exec/plugins/internal/kubelet/claimconfig"
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/devname"
+	"github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/pkg/request"
 )
 
@@ -223,19 +224,25 @@ func (lc *lifecycle) answered(uid string, rec claimstate.Claim) (map[string][]st
 	return maps.Clone(rec.Devices), true
 }
 
-// specsWritten reports whether every CDI id recorded for a claim has a
-// spec file of the claim in its kind's directory (a cdi_spec of one of
-// the type's configs).
-func (lc *lifecycle) specsWritten(uid string, rec claimstate.Claim) bool {
+// recordedKinds are the CDI kinds of a claim's recorded CDI ids.
+func recordedKinds(rec claimstate.Claim) map[string]bool {
 	kinds := map[string]bool{}
-	for _, ids := range rec.Devices {
+	for _, ids := range append(slices.Collect(maps.Values(rec.Devices)), rec.CDIDevices) {
 		for _, id := range ids {
 			kind, _, _ := strings.Cut(id, "=")
 			kinds[kind] = true
 		}
 	}
+	return kinds
+}
+
+// specsWritten reports whether every CDI id recorded for a claim has a
+// spec file of the claim in its kind's directory (a cdi_spec of one of
+// the type's configs).
+func (lc *lifecycle) specsWritten(uid string, rec claimstate.Claim) bool {
+	kinds := recordedKinds(rec)
 	for _, conf := range lc.confs {
-		spec, err := specOf(conf)
+		spec, err := inventory.Spec(conf)
 		if err != nil || !kinds[spec.Kind] {
 			continue
 		}
