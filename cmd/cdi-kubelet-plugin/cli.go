@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, e env) int {
 	defer klog.Flush()
 	opt.Metrics = metrics.New()
 	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
-	opt.Caller = opt.Caller.WithVersionCache()
+	opt.Caller = opt.Caller.WithNegotiatedVersions()
 	b, err := deviceplugin.New(*opt)
 	if err != nil {
 		opt.Log.Error("cannot start", "err", err)
@@ -122,7 +122,7 @@ func flags(e env) (*flag.FlagSet, *deviceplugin.Options, *observability) {
 	fs.DurationVar(&opt.Poll, "poll-interval", deviceplugin.DefaultPoll, "how often the plugins' DEVICES are listed")
 	fs.DurationVar(&opt.GCInterval, "gc-interval", deviceplugin.DefaultGCInterval, "how often the kubelet's PodResources are scanned")
 	fs.DurationVar(&opt.Grace, "gc-grace", deviceplugin.DefaultGrace, "how long an allocation must be absent (and unallocated) before it is freed")
-	fs.StringVar(&opt.ClaimStateDir, "claim-state-dir", dra.DefaultStateDir, "the DRA mode's claim records (its --state-dir): claims it prepared of a type that moved to this mode are freed once no pod uses them; empty: none")
+	fs.StringVar(&opt.ClaimStateDir, "claim-state-dir", dra.DefaultClaimStateDir, "the DRA mode's claim records (its --state-dir): claims it prepared of a type that moved to this mode are freed once no pod uses them; empty: none")
 	return fs, opt, obs
 }
 

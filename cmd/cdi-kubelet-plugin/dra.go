@@ -65,7 +65,7 @@ func draFlags(e env, api *apiClient) (*flag.FlagSet, *dra.Options, *observabilit
 	fs.IntVar(&api.burst, "kube-api-burst", defaultAPIBurst, "`N` requests to the API server at once, above --kube-api-qps")
 	fs.StringVar(&opt.Suffix, "driver-suffix", dra.DefaultSuffix, "drivers are named <type>.`SUFFIX`; CDI kinds are SUFFIX/<type>")
 	fs.StringVar(&opt.KubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "the kubelet's root `DIR` (plugins/, plugins_registry/)")
-	fs.StringVar(&opt.StateDir, "state-dir", dra.DefaultStateDir, "`DIR` of the drivers' records of prepared claims")
+	fs.StringVar(&opt.ClaimStateDir, "state-dir", dra.DefaultClaimStateDir, "`DIR` of the drivers' records of prepared claims")
 	fs.StringVar(&opt.PodUID, "pod-uid", "", "`UID` of the driver's own pod: enables rolling updates (kubelet 1.33+)")
 	fs.DurationVar(&opt.Poll, "poll-interval", dra.DefaultPoll, "how often the plugins' DEVICES are listed")
 	fs.DurationVar(&opt.StaleInterval, "stale-interval", dra.DefaultStaleInterval, "how often prepared claims are looked up")
@@ -103,7 +103,7 @@ func runDRA(ctx context.Context, args []string, e env) int {
 	}
 	opt.Metrics = metrics.New()
 	opt.Caller.Observer = runLog{opt.Metrics, opt.Log}
-	opt.Caller = opt.Caller.WithVersionCache()
+	opt.Caller = opt.Caller.WithNegotiatedVersions()
 	events, stopEvents := eventBroadcaster(ctx, opt.Client)
 	defer stopEvents()
 	opt.Events = events

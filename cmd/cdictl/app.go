@@ -408,7 +408,7 @@ func (a *app) caller() caller.Caller {
 		Env: []string{protocol.EnvPath + "=" + a.cfg.Path, protocol.EnvStateDir + "=" + a.cfg.StateDir,
 			protocol.EnvRequestOwner + "=", protocol.EnvKeepOwners + "="}}
 	if a.call.Path != c.Path || a.call.Timeout != c.Timeout || !slices.Equal(a.call.Env, c.Env) {
-		a.call = c.WithVersionCache()
+		a.call = c.WithNegotiatedVersions()
 	}
 	return a.call
 }

@@ -249,9 +249,9 @@ type Caller struct {
 	// Observer, when set, is told of every plugin run.
 	Observer Observer
 
-	// versions, when set (WithVersionCache), keeps the version
+	// versions, when set (WithNegotiatedVersions), keeps the version
 	// negotiated with each plugin binary.
-	versions *versionCache
+	versions *negotiatedVersions
 }
 
 // Observer is told of every plugin run a Caller makes: the plugin, the

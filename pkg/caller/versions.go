@@ -11,13 +11,13 @@ import (
 	"github.com/cdi-exec/plugins/pkg/protocol"
 )
 
-// versionCache remembers the version negotiated with each plugin binary,
+// negotiatedVersions remembers the version negotiated with each plugin binary,
 // so that a command costs one process start, not two (VERSION, then the
 // command). An entry holds while the binary at its path is the same file
 // with the same size and modification time; a replaced or rebuilt binary
 // is asked again, and so is one that refuses the version (code 1). It is
 // safe for concurrent use.
-type versionCache struct {
+type negotiatedVersions struct {
 	mu sync.Mutex
 	m  map[string]negotiated // by the binary's path
 }
@@ -49,12 +49,12 @@ func binaryAt(path string) (binary, bool) {
 	return binary{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtimeNsec: fi.ModTime().UnixNano()}, true
 }
 
-// WithVersionCache returns c with a cache of negotiated versions, its
+// WithNegotiatedVersions returns c with a cache of negotiated versions, its
 // own unless c has one already: the copies of the result share it. A
 // Caller without one asks VERSION before every command.
-func (c Caller) WithVersionCache() Caller {
+func (c Caller) WithNegotiatedVersions() Caller {
 	if c.versions == nil {
-		c.versions = &versionCache{m: map[string]negotiated{}}
+		c.versions = &negotiatedVersions{m: map[string]negotiated{}}
 	}
 	return c
 }

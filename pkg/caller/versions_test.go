@@ -79,7 +79,7 @@ func TestOneExecPerCall(t *testing.T) {
 		caller Caller
 		want   []string
 	}{
-		{"cached", Caller{Path: dir, Timeout: 10 * time.Second}.WithVersionCache(),
+		{"cached", Caller{Path: dir, Timeout: 10 * time.Second}.WithNegotiatedVersions(),
 			[]string{"VERSION ", "DEVICES 0.0.2", "DEVICES 0.0.2", "DEVICES 0.0.2"}},
 		{"uncached", Caller{Path: dir, Timeout: 10 * time.Second},
 			[]string{"VERSION ", "DEVICES 0.0.2", "VERSION ", "DEVICES 0.0.2", "VERSION ", "DEVICES 0.0.2"}},
@@ -97,7 +97,7 @@ func TestOneExecPerCall(t *testing.T) {
 // modification time), is asked VERSION again.
 func TestVersionAgainForANewBinary(t *testing.T) {
 	dir, conf, runs := countingPlugin(t, "0.0.1 0.0.2")
-	c := Caller{Path: dir, Timeout: 10 * time.Second}.WithVersionCache()
+	c := Caller{Path: dir, Timeout: 10 * time.Second}.WithNegotiatedVersions()
 	devices(t, c, conf)
 	devices(t, c, conf)
 	if got := runs(); !slices.Equal(got, []string{"VERSION ", "DEVICES 0.0.2", "DEVICES 0.0.2"}) {
@@ -135,7 +135,7 @@ func TestVersionAgainForANewBinary(t *testing.T) {
 // negotiated version is the answer.
 func TestVersionAgainAfterCode1(t *testing.T) {
 	dir, conf, runs := countingPlugin(t, "0.0.1 0.0.2")
-	c := Caller{Path: dir, Timeout: 10 * time.Second}.WithVersionCache()
+	c := Caller{Path: dir, Timeout: 10 * time.Second}.WithNegotiatedVersions()
 	devices(t, c, conf)
 	runs()
 	// Same binary, other answers: it no longer speaks 0.0.2.
@@ -153,7 +153,7 @@ func TestVersionAgainAfterCode1(t *testing.T) {
 
 	// A plugin that lists a version and refuses it: one retry, then code 1.
 	dir, conf, runs = countingPlugin(t, "0.0.2")
-	c = Caller{Path: dir, Timeout: 10 * time.Second}.WithVersionCache()
+	c = Caller{Path: dir, Timeout: 10 * time.Second}.WithNegotiatedVersions()
 	devices(t, c, conf)
 	runs()
 	if err := os.WriteFile(filepath.Join(dir, "counting"), []byte(strings.Replace(counting, `*" $CDI_VERSION "*)`, `*" never "*)`, 1)), 0o755); err != nil {
@@ -172,7 +172,7 @@ func TestVersionAgainAfterCode1(t *testing.T) {
 // One cache serves concurrent calls.
 func TestVersionCacheConcurrent(t *testing.T) {
 	dir, conf, runs := countingPlugin(t, "0.0.1 0.0.2")
-	c := Caller{Path: dir, Timeout: 10 * time.Second}.WithVersionCache()
+	c := Caller{Path: dir, Timeout: 10 * time.Second}.WithNegotiatedVersions()
 	devices(t, c, conf)
 	runs()
 	var wg sync.WaitGroup

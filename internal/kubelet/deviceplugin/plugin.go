@@ -81,7 +81,7 @@ func New(opt Options) (*Plugin, error) {
 		opt.Metrics = metrics.New()
 	}
 	// One VERSION per plugin binary, not per call.
-	opt.Caller = opt.Caller.WithVersionCache()
+	opt.Caller = opt.Caller.WithNegotiatedVersions()
 	byType, probs, err := inventory.Configs(opt.ConfDir, opt.Types, opt.Prefix, opt.CDISpecDir)
 	inventory.LogProblems(opt.Log, probs)
 	if err != nil {

@@ -46,9 +46,9 @@ import (
 
 // Defaults of the Options.
 const (
-	DefaultSuffix   = "cdi-exec.io"
-	DefaultStateDir = "/var/lib/cdi-kubelet-plugin"
-	DefaultPoll     = 5 * time.Second
+	DefaultSuffix        = "cdi-exec.io"
+	DefaultClaimStateDir = "/var/lib/cdi-kubelet-plugin"
+	DefaultPoll          = 5 * time.Second
 	// DefaultWaitLog is how often a driver that the kubelet has not
 	// registered says so.
 	DefaultWaitLog       = 30 * time.Second
@@ -62,14 +62,14 @@ const (
 
 // Options configure a Plugin.
 type Options struct {
-	NodeName   string               // the node, the pool name of every slice
-	Client     kubernetes.Interface // for ResourceClaims and ResourceSlices
-	ConfDir    string               // the plugin configs, <type>.d/*.conf
-	Types      []string             // serve only these types; all when empty
-	Suffix     string               // driver names are <type>.<Suffix>
-	KubeletDir string               // the kubelet's root directory
-	CDISpecDir string               // where specs go for configs without cdi_spec
-	StateDir   string               // the drivers' claim records
+	NodeName      string               // the node, the pool name of every slice
+	Client        kubernetes.Interface // for ResourceClaims and ResourceSlices
+	ConfDir       string               // the plugin configs, <type>.d/*.conf
+	Types         []string             // serve only these types; all when empty
+	Suffix        string               // driver names are <type>.<Suffix>
+	KubeletDir    string               // the kubelet's root directory
+	CDISpecDir    string               // where specs go for configs without cdi_spec
+	ClaimStateDir string               // the drivers' claim records (--state-dir)
 	// PluginStateDir is the plugins' state directory (CDI_STATE_DIR),
 	// where the lock that keeps the device-plugin mode off these types
 	// lives.
@@ -138,7 +138,7 @@ func New(opt Options) (*Plugin, error) {
 		opt.Metrics = metrics.New()
 	}
 	// One VERSION per plugin binary, not per call.
-	opt.Caller = opt.Caller.WithVersionCache()
+	opt.Caller = opt.Caller.WithNegotiatedVersions()
 	byType, probs, err := inventory.Configs(opt.ConfDir, opt.Types, opt.Suffix, opt.CDISpecDir)
 	inventory.LogProblems(opt.Log, probs)
 	if err != nil {

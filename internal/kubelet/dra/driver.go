@@ -129,7 +129,7 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || len(name) > resourceapi.DriverNameMaxLength {
 		return nil, fmt.Errorf("resource type %q: the driver name %q is not a DNS subdomain of at most %d characters (%v)", typ, name, resourceapi.DriverNameMaxLength, errs)
 	}
-	records, err := claimstate.Open(opt.StateDir, name)
+	records, err := claimstate.Open(opt.ClaimStateDir, name)
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func newNode(t *testing.T, h fixture.Host, confs map[string]string) *node {
 func (n *node) options() Options {
 	return Options{
 		NodeName: nodeName, Client: n.client, ConfDir: n.conf, Suffix: "cdi-exec.io",
-		KubeletDir: n.kubelet, CDISpecDir: n.specDir, StateDir: n.claimDir, PluginStateDir: n.state,
+		KubeletDir: n.kubelet, CDISpecDir: n.specDir, ClaimStateDir: n.claimDir, PluginStateDir: n.state,
 		Caller: caller.Caller{Path: binDir, Timeout: 20 * time.Second},
 		Poll:   time.Hour, StaleInterval: time.Hour, StaleGrace: time.Minute,
 		Log: kubelettest.Logger(n.t),

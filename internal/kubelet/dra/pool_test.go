@@ -24,7 +24,7 @@ func TestPoolSlices(t *testing.T) {
 	}
 	sizes := func(p []resourceapi.Device) []int {
 		var out []int
-		for _, s := range pool(p).Slices {
+		for _, s := range resourceSlices(p).Slices {
 			out = append(out, len(s.Devices))
 		}
 		return out
@@ -51,7 +51,7 @@ func TestPoolSlices(t *testing.T) {
 			vfs = append(vfs, resourceapi.Device{Name: fmt.Sprintf("pci-0000-%02x-00-%d", 0x10+pf, k+1), ConsumesCounters: c})
 		}
 	}
-	p := pool(vfs)
+	p := resourceSlices(vfs)
 	if len(p.Slices) != 3 || len(p.Slices[0].SharedCounters) != 8 || len(p.Slices[1].SharedCounters) != 1 ||
 		len(p.Slices[0].Devices) != 0 || len(p.Slices[2].Devices) != 36 || len(p.Slices[2].SharedCounters) != 0 {
 		t.Fatalf("36 VFs of 9 PFs: %d slices", len(p.Slices))

@@ -299,14 +299,14 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 
 // publish hands the offered devices to the helper's slice controller,
 // which writes them to the API server in the background: one pool named
-// after the node (pool, below).
+// after the node (resourceSlices, below).
 func (pb *publisher) publish(ctx context.Context) error {
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
 	if pb.helper == nil {
 		return nil
 	}
-	p := pool(pb.offered)
+	p := resourceSlices(pb.offered)
 	err := pb.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{pb.node: p}})
 	if err != nil {
 		return err
@@ -316,13 +316,13 @@ func (pb *publisher) publish(ctx context.Context) error {
 	return nil
 }
 
-// pool lays the devices out in slices: first the counter sets the devices
+// resourceSlices lays the devices of the node's resource pool out in slices: first the counter sets the devices
 // consume, at most ResourceSliceMaxCounterSets a slice (a slice holds
 // counter sets or devices, never both), then the devices, at most
 // ResourceSliceMaxDevices a slice, or ResourceSliceMaxDevicesWithAdvancedFeatures
 // when any has a taint or consumes counters. Without devices it is one
 // empty slice, which says that the node has none.
-func pool(devs []resourceapi.Device) resourceslice.Pool {
+func resourceSlices(devs []resourceapi.Device) resourceslice.Pool {
 	var p resourceslice.Pool
 	sets := counterSets(devs)
 	for i := 0; i < len(sets); i += resourceapi.ResourceSliceMaxCounterSets {
