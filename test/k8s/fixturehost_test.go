@@ -34,7 +34,7 @@ import (
 type fixtureRun struct {
 	*draRun
 	root  string            // the fixture host
-	types map[string]string // type → plugin config (JSON)
+	types map[string]string // type → plugin config (JSON); "": the chart's own
 }
 
 // fixtureRoot, in a config of newFixtureRun, stands for the fixture
@@ -42,7 +42,8 @@ type fixtureRun struct {
 const fixtureRoot = "@FIXTURE@"
 
 // newFixtureRun starts a cluster and deploys the chart's DRA mode with
-// types, each "<type>" → its plugin config, on host, and waits until the
+// types, each "<type>" → its plugin config (empty: the chart's own config
+// of the type, turned on if the chart ships it off), on host, and waits until the
 // driver serves and every type's slice lists want[type]. With kernel, the
 // simulated kernel (fixture.StartKernel) runs on the host's sysfs as long
 // as the test, making the VFs the driver's sriov writes ask for.
@@ -97,12 +98,17 @@ func (f *fixtureRun) manifests(ctx context.Context, t *testing.T) []runtime.Obje
 	t.Helper()
 	types := map[string]any{}
 	for typ, conf := range f.types {
+		// Every type given is on, whatever the chart's default.
+		types[typ] = map[string]any{"enabled": true}
+		if conf == "" {
+			continue
+		}
 		var c map[string]any
 		conf = strings.ReplaceAll(conf, fixtureRoot, f.root)
 		if err := json.Unmarshal([]byte(conf), &c); err != nil {
 			t.Fatalf("the %s config: %v", typ, err)
 		}
-		types[typ] = map[string]any{"config": c}
+		types[typ] = map[string]any{"config": c, "enabled": true}
 	}
 	ports, err := freePorts(1)
 	if err != nil {

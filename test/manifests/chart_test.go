@@ -538,6 +538,70 @@ func TestChartGenericTypes(t *testing.T) {
 	}
 }
 
+// The pgpu type (drm's VFIO mode, whole GPUs for VMs) is off by default;
+// turned on it gets its DeviceClass, which selects its driver, and its
+// config in pgpu.d/drm.conf: conf/examples/pgpu.d/pgpu.conf's, less the
+// example's CDI kind (the chart's kind is <driverSuffix>/<type>).
+func TestChartPGPUType(t *testing.T) {
+	off := rendering(t)
+	for _, c := range findAll[*resourceapi.DeviceClass](off) {
+		if c.Name == "pgpu.cdi-exec.io" {
+			t.Error("the pgpu DeviceClass renders by default")
+		}
+	}
+	if _, ok := find[*corev1.ConfigMap](t, off).Data["pgpu.conf"]; ok {
+		t.Error("pgpu configured by default")
+	}
+
+	on := rendering(t, "types.pgpu.enabled=true")
+	var class *resourceapi.DeviceClass
+	for _, c := range findAll[*resourceapi.DeviceClass](on) {
+		if c.Name == "pgpu.cdi-exec.io" {
+			class = c
+		}
+	}
+	if class == nil {
+		t.Fatal("types.pgpu.enabled=true renders no DeviceClass pgpu.cdi-exec.io")
+	}
+	if s := class.Spec.Selectors; len(s) != 1 || s[0].CEL == nil || s[0].CEL.Expression != `device.driver == "pgpu.cdi-exec.io"` {
+		t.Errorf("the pgpu DeviceClass selects %+v", s)
+	}
+	if class.Spec.ExtendedResourceName == nil || *class.Spec.ExtendedResourceName != "cdi-exec.io/pgpu" {
+		t.Errorf("the pgpu DeviceClass's extendedResourceName is %v", class.Spec.ExtendedResourceName)
+	}
+
+	type conf struct {
+		Type, Plugin string
+		Args         map[string]any
+	}
+	var got, want conf
+	if err := json.Unmarshal([]byte(find[*corev1.ConfigMap](t, on).Data["pgpu.conf"]), &got); err != nil {
+		t.Fatalf("pgpu.conf: %v", err)
+	}
+	b, err := os.ReadFile("../../conf/examples/pgpu.d/pgpu.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	delete(want.Args, "cdi_spec")
+	if got.Type != "pgpu" || got.Plugin != "drm" || fmt.Sprint(got.Args) != fmt.Sprint(want.Args) {
+		t.Errorf("the chart's pgpu config %+v is not conf/examples/pgpu.d/pgpu.conf's %+v", got, want)
+	}
+	var paths []string
+	for _, v := range find[*appsv1.DaemonSet](t, on).Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil {
+			for _, it := range v.ConfigMap.Items {
+				paths = append(paths, it.Path)
+			}
+		}
+	}
+	if !slices.Contains(paths, "pgpu.d/drm.conf") {
+		t.Errorf("config paths %v lack pgpu.d/drm.conf", paths)
+	}
+}
+
 // TestChartContainerEditsMounts: a type whose config's container_edits
 // mount host paths (the driver's user space) gets each path mounted
 // read-only under /host, where the plugin checks it exists before it

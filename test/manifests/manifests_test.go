@@ -85,6 +85,9 @@ func TestDecode(t *testing.T) {
 			"gpus.yaml: Pod gpu-pcie-switch",
 			"gpus.yaml: Pod two-gpus-one-switch",
 			"gpus.yaml: Pod gpu-render-only",
+			"pgpu.yaml: ResourceClaim vm-gpu",
+			"pgpu.yaml: ResourceClaimTemplate one-pgpu",
+			"pgpu.yaml: Pod pgpu-metadata",
 			"sandbox.yaml: ResourceClaimTemplate kvm-fuse-tun",
 			"sandbox.yaml: Pod sandbox",
 			"tty-limits.yaml: Pod tty-limits",
@@ -353,3 +356,29 @@ func TestExample(t *testing.T) {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+
+// TestExamplePGPU: the VM example's claim and template each ask for
+// exactly one GPU of the pgpu class per request, as KubeVirt takes one
+// device per request, and its pod reads the metadata file at the path
+// KEP-5304 gives a template's claim: its own claim name, the request,
+// the driver.
+func TestExamplePGPU(t *testing.T) {
+	objs := slices.DeleteFunc(loadDir(t, "example"), func(o Object) bool { return filepath.Base(o.File) != "pgpu.yaml" })
+	claim := find[*resourceapi.ResourceClaim](t, objs)
+	tmpl := find[*resourceapi.ResourceClaimTemplate](t, objs)
+	for name, reqs := range map[string][]resourceapi.DeviceRequest{claim.Name: claim.Spec.Devices.Requests, tmpl.Name: tmpl.Spec.Spec.Devices.Requests} {
+		if len(reqs) != 1 || reqs[0].Name != "gpu" || reqs[0].Exactly == nil || reqs[0].Exactly.DeviceClassName != "pgpu.cdi-exec.io" ||
+			(reqs[0].Exactly.AllocationMode != "" && reqs[0].Exactly.AllocationMode != resourceapi.DeviceAllocationModeExactCount) || reqs[0].Exactly.Count > 1 {
+			t.Errorf("%s requests %+v, want one request gpu of one pgpu.cdi-exec.io device", name, reqs)
+		}
+	}
+	pod := find[*corev1.Pod](t, objs)
+	rc := pod.Spec.ResourceClaims
+	if len(rc) != 1 || rc[0].ResourceClaimTemplateName == nil || *rc[0].ResourceClaimTemplateName != tmpl.Name {
+		t.Fatalf("pod %s claims %+v", pod.Name, rc)
+	}
+	path := "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/" + rc[0].Name + "/gpu/pgpu.cdi-exec.io-metadata.json"
+	if cmd := strings.Join(pod.Spec.Containers[0].Command, " "); !strings.Contains(cmd, path) {
+		t.Errorf("pod %s does not read %s: %s", pod.Name, path, cmd)
+	}
+}
