@@ -104,6 +104,9 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 // already partitioned to num_vfs, those that can be handed out now; on
 // any other, the num_vfs that ADD creates.
 func (p *plugin) Info(_ context.Context, c *skel.Call) (map[string]int, error) {
+	if err := p.CheckHooks(c); err != nil {
+		return nil, err
+	}
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)
