@@ -84,6 +84,11 @@ func (d *driver) writeAdminSpec(uid string, keys []string, cdi map[string][]stri
 				mine, nodes = append(mine, dev), append(nodes, dev.Nodes...)
 			}
 		}
+		// The plugins refuse such hooks (ADD's 101); a spec the driver
+		// writes itself carries the same container_edits.
+		if err := spec.CheckHooks(d.hostRoot); err != nil {
+			return fmt.Errorf("admin access: %s: %w", d.confs[conf].File, err)
+		}
 		if err := spec.Write(d.adminOwner(), uid, nodes, mine); err != nil {
 			return fmt.Errorf("admin access: %w", err)
 		}
