@@ -26,9 +26,11 @@ const (
 // claimStatusObjects are what TestClusterClaimStatusPolicy needs besides the
 // policy: the driver's namespace and service account; RBAC that lets the
 // account write the status of any claim, for every driver (from 1.36 the
-// API server checks resourceclaims/driver, and this grants it whatever
-// the node), so that only the policy can refuse; two nodes and a pod of
-// the account on each, whose tokens name their node; and a claim.
+// API server checks resourceclaims/driver, with the verbs
+// arbitrary-node:update for a claim not on the writer's node and
+// associated-node:update for one on it; granted here whatever the node),
+// so that only the policy can refuse; two nodes and a pod of the account
+// on each, whose tokens name their node; and a claim.
 const claimStatusObjects = `apiVersion: v1
 kind: Namespace
 metadata: {name: cdi-exec}
@@ -43,7 +45,7 @@ metadata: {name: cdi-e2e-claim-status}
 rules:
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaims/status, resourceclaims/driver]
-  verbs: [get, update, patch]
+  verbs: [get, update, patch, "arbitrary-node:update", "arbitrary-node:patch", "associated-node:update", "associated-node:patch"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -183,7 +185,7 @@ func TestClusterClaimStatusPolicy(t *testing.T) {
 			t.Errorf("%s: %v", s.what, err)
 		}
 	}
-	if got, want := c.devices(ctx, t), `[{"device":"b0","driver":"tty.cdi-exec.io","pool":"node-b"}]`; got != want {
+	if got, want := c.devices(ctx, t), `[{"driver":"tty.cdi-exec.io","pool":"node-b","device":"b0"}]`; got != want {
 		t.Errorf("status.devices at the end: %s, want %s", got, want)
 	}
 }
