@@ -122,5 +122,8 @@ func (a *app) checkEdits(conf caller.Config) []finding {
 	if err := spec.CheckHost(a.cfg.HostRoot); err != nil {
 		out = append(out, finding{File: conf.File, Msg: err.Error()})
 	}
+	if err := spec.CheckHooks(a.cfg.HostRoot); err != nil {
+		out = append(out, finding{File: conf.File, Msg: err.Error()})
+	}
 	return out
 }

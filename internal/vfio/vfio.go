@@ -111,6 +111,30 @@ func GroupNode(h *sysfs.Host, group string) string {
 	return ""
 }
 
+// AllowNoIOMMU is the config arg (drm in VFIO mode, sriov) that lets a
+// plugin hand out devices of no-IOMMU groups; without it they are
+// listed, unusable, and never handed out.
+const AllowNoIOMMU = "allow_noiommu"
+
+// NoIOMMU reports whether group is a no-IOMMU group: one that VFIO's
+// unsafe no-IOMMU mode (vfio.enable_unsafe_noiommu_mode=1) made for a
+// device no IOMMU translates, whose node is /dev/vfio/noiommu-<group>.
+// Nothing confines such a device's DMA: whoever holds it can read and
+// write all of the host's memory, which makes it root on the host.
+func NoIOMMU(h *sysfs.Host, group string) bool {
+	return group != "" && h.NodeExists("vfio/noiommu-"+group)
+}
+
+// RefuseNoIOMMU says why a no-IOMMU group is not handed out when the
+// config does not allow it (AllowNoIOMMU), "" when it may be.
+func RefuseNoIOMMU(group string, allow bool) string {
+	if allow {
+		return ""
+	}
+	return fmt.Sprintf("IOMMU group %s is a no-IOMMU group (/dev/vfio/noiommu-%s): no IOMMU confines the device's DMA, "+
+		"so whoever holds it can reach all of the host's memory; set %q: true in the config to hand it out anyway", group, group, AllowNoIOMMU)
+}
+
 // CDev returns the container path of a function's VFIO device node under
 // iommufd, /dev/vfio/devices/vfio<N> from its vfio-dev/vfio<N> directory,
 // checked to be the character device sysfs describes; "" and why not

@@ -2,7 +2,11 @@ package vfio
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/cdi-exec/plugins/internal/sysfs"
+	"github.com/cdi-exec/plugins/test/fixture"
 )
 
 func TestUnusableAndEndpoints(t *testing.T) {
@@ -28,5 +32,41 @@ func TestUnusableAndEndpoints(t *testing.T) {
 		if tt.why == "" && !slices.Equal(Endpoints(tt.members), tt.endpoints) {
 			t.Errorf("Endpoints(%v) = %v", tt.members, Endpoints(tt.members))
 		}
+	}
+}
+
+// A group is a no-IOMMU group when its node is /dev/vfio/noiommu-<group>:
+// GroupNode hands that node out, NoIOMMU says so, and RefuseNoIOMMU
+// refuses it unless allowed, naming the config arg.
+func TestNoIOMMU(t *testing.T) {
+	h := fixture.VFIOHost()
+	h.NoIOMMUGroups = []int{31}
+	root := t.TempDir()
+	if err := h.Build(root); err != nil {
+		t.Fatal(err)
+	}
+	host := &sysfs.Host{Root: root}
+	for _, tt := range []struct {
+		group, node string
+		noiommu     bool
+	}{
+		{"20", "/dev/vfio/20", false},
+		{"31", "/dev/vfio/noiommu-31", true},
+		{"99", "", false},
+		{"", "", false},
+	} {
+		if got := GroupNode(host, tt.group); got != tt.node {
+			t.Errorf("GroupNode(%q) = %q, want %q", tt.group, got, tt.node)
+		}
+		if got := NoIOMMU(host, tt.group); got != tt.noiommu {
+			t.Errorf("NoIOMMU(%q) = %v", tt.group, got)
+		}
+	}
+	if why := RefuseNoIOMMU("31", false); !strings.Contains(why, "IOMMU group 31 is a no-IOMMU group (/dev/vfio/noiommu-31)") ||
+		!strings.Contains(why, `"allow_noiommu": true`) {
+		t.Errorf("RefuseNoIOMMU: %q", why)
+	}
+	if why := RefuseNoIOMMU("31", true); why != "" {
+		t.Errorf("RefuseNoIOMMU allowed: %q", why)
 	}
 }

@@ -16,6 +16,8 @@ import (
 // identical allocation, then publishes the request's CDI spec when the
 // config asks for one. It reads as ADD runs:
 //
+//  0. refuse a cdi_spec whose hooks anyone but root could replace
+//     (CheckHooks, 101), before the store is touched;
 //  1. open the store, which takes its lock, and start the deadlines of the
 //     hold (Pool.begin);
 //  2. discover the usable devices, inside the transaction (adder.discover);
@@ -28,6 +30,9 @@ import (
 //
 // A failure anywhere rolls the transaction back and undoes the setup.
 func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
+	if err := p.CheckHooks(c); err != nil {
+		return nil, err
+	}
 	s, err := p.begin(ctx, c, store.Options{})
 	if err != nil {
 		return nil, err

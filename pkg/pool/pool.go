@@ -242,6 +242,9 @@ func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
 	if _, err := store.Probe(store.Path(c.Env.StateDir, p.Name)); err != nil {
 		return nil, storeError(err)
 	}
+	if err := p.CheckHooks(c); err != nil {
+		return nil, err
+	}
 	if p.Spec.config().CheckHost(c.Env.HostRoot) != nil {
 		return map[string]int{c.Config.Type: 0}, nil // ADD would refuse to publish: DEVICES says why
 	}
@@ -257,6 +260,17 @@ func (p Pool) Info(ctx context.Context, c *skel.Call) (map[string]int, error) {
 		return nil, err
 	}
 	return map[string]int{c.Config.Type: len(devs)}, nil
+}
+
+// CheckHooks refuses, as an invalid config (101), a cdi_spec whose
+// container_edits hooks run a program that anyone but root could replace
+// (cdispec.Config.CheckHooks): INFO, DEVICES and ADD say so, while DEL and
+// GC, which only free, go on.
+func (p Pool) CheckHooks(c *skel.Call) error {
+	if err := p.Spec.config().CheckHooks(c.Env.HostRoot); err != nil {
+		return protocol.Errorf(protocol.CodeInvalidConfig, "%w", err)
+	}
+	return nil
 }
 
 func (p Pool) discover(ctx context.Context, c *skel.Call, scan Scan) ([]Device, error) {
@@ -282,6 +296,9 @@ func discoveryError(c *skel.Call, err error) error {
 func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo, error) {
 	if p.Lister == nil {
 		return nil, protocol.NewError(protocol.CodeCommandUnsupported, "Unsupported command: DEVICES")
+	}
+	if err := p.CheckHooks(c); err != nil {
+		return nil, err
 	}
 	devs, err := p.Lister.Inventory(ctx, c)
 	if err != nil {

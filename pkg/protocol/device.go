@@ -30,6 +30,10 @@ type DeviceInfo struct {
 	// PhysFn is, for an SR-IOV VF, the PCI address of its PF: the VFs of
 	// one PF share what the PF can have (the DRA mode's shared counters).
 	PhysFn string `json:"physfn,omitempty"`
+	// NoIOMMU marks a device of a no-IOMMU VFIO group
+	// (/dev/vfio/noiommu-<group>): no IOMMU confines its DMA. The plugins
+	// hand one out only when their config says allow_noiommu.
+	NoIOMMU bool `json:"noiommu,omitempty"`
 	// The generic plugin's attributes (docs/plugins.md#generic), left out
 	// by the other plugins: the sysfs class and driver of the unit's
 	// first node, the USB device it hangs off (ids as sysfs gives them,

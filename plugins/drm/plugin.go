@@ -27,6 +27,7 @@ type args struct {
 	PCIAddresses      []string `json:"pci_addresses"`
 	NUMAPolicy        string   `json:"numa_policy"`
 	CompanionNodes    string   `json:"companion_nodes"`
+	AllowNoIOMMU      bool     `json:"allow_noiommu"` // VFIO mode: vfio.go
 }
 
 // filter is the validated form of args.
@@ -44,6 +45,8 @@ type filter struct {
 	// vfio, "vfio" or "iommufd" (the mode), hands out GPUs bound to
 	// vfio-pci with their IOMMU group: vfio.go.
 	vfio string
+	// allowNoIOMMU hands out GPUs of no-IOMMU groups too (VFIO mode).
+	allowNoIOMMU bool
 }
 
 // kindsOnly reports whether the filter picks devices by node kind alone
@@ -176,6 +179,9 @@ func (a args) validate() (filter, bool, error) {
 	}
 	for _, k := range f.want {
 		f.wants[kindOf(k)] = true
+	}
+	if err := a.validNoIOMMU(&f); err != nil {
+		return f, false, err
 	}
 	switch a.CompanionNodes {
 	case "", companionsAuto:

@@ -32,6 +32,9 @@ type candidate struct {
 	nodes []string // when usable: its nodes as discovery names them
 	live  pool.Resolver
 	uuid  string // when the read gave it
+	// noiommu marks a GPU of a no-IOMMU VFIO group (vfio.go), usable or
+	// not.
+	noiommu bool
 	// reason says why the GPU is not handed out; "" when it is usable,
 	// and then live is its live check.
 	reason string
@@ -107,7 +110,7 @@ func (p *plugin) inventorySource() ([]protocol.DeviceInfo, error) {
 			}
 		}
 		pcie := sysfs.ParsePCIe(c.fact.sys)
-		out[i] = protocol.DeviceInfo{Key: addr, Nodes: nodes, NUMA: c.fact.numa, Usable: c.reason == "", Reason: c.reason,
+		out[i] = protocol.DeviceInfo{Key: addr, Nodes: nodes, NUMA: c.fact.numa, Usable: c.reason == "", Reason: c.reason, NoIOMMU: c.noiommu,
 			VendorID: c.fact.vendor, DeviceID: c.fact.device, UUID: p.src.uuid(c),
 			PCIeRoot: pcie.Root, PCIeBridges: pcie.Bridges(addr), PCIeSwitch: pcie.Switch(addr)}
 	}

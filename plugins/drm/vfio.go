@@ -32,10 +32,20 @@ const (
 // vfioGPU is one display function bound to vfio-pci, as a VFIO config sees
 // it.
 type vfioGPU struct {
-	fact   fact
-	group  string
-	nodes  []string // when usable: the nodes to hand out
-	reason string   // "" when usable
+	fact    fact
+	group   string
+	noiommu bool     // the group is a no-IOMMU group (vfio.NoIOMMU)
+	nodes   []string // when usable: the nodes to hand out
+	reason  string   // "" when usable
+}
+
+// validNoIOMMU takes allow_noiommu into f: it is VFIO mode's only.
+func (a args) validNoIOMMU(f *filter) error {
+	if a.AllowNoIOMMU && f.vfio == "" {
+		return fmt.Errorf("%s: applies to GPUs handed out by their IOMMU group only (mode %q or %q)", vfio.AllowNoIOMMU, vfioGroup, vfioIOMMUFD)
+	}
+	f.allowNoIOMMU = a.AllowNoIOMMU
+	return nil
 }
 
 // vfioAddrs lists the display functions (class 0x03) bound to vfio-pci,
@@ -58,7 +68,7 @@ func (vfioSource) uuid(*candidate) string { return "" }
 // of the listing, handed out as its IOMMU group's nodes.
 func (s vfioSource) read(addr string, pos int) (candidate, bool) {
 	g, ok := s.p.vfioGPU(addr)
-	c := candidate{fact: g.fact, index: pos, nodes: g.nodes, reason: g.reason}
+	c := candidate{fact: g.fact, index: pos, nodes: g.nodes, reason: g.reason, noiommu: g.noiommu}
 	if ok && c.reason == "" {
 		c.live = &liveVFIO{p: s.p, addr: addr}
 	}
@@ -84,6 +94,7 @@ func (p *plugin) vfioGPU(addr string) (vfioGPU, bool) {
 	}
 	g.fact.readPCI(dir, true)
 	g.group = vfio.GroupOf(dir)
+	g.noiommu = vfio.NoIOMMU(&p.host, g.group)
 	if g.reason = p.filter.check(&g.fact, addr); g.reason != "" {
 		return g, true
 	}
@@ -94,6 +105,11 @@ func (p *plugin) vfioGPU(addr string) (vfioGPU, bool) {
 	if g.group == "" {
 		g.reason = "no IOMMU group (is the IOMMU enabled?)"
 		return g, true
+	}
+	if g.noiommu {
+		if g.reason = vfio.RefuseNoIOMMU(g.group, p.filter.allowNoIOMMU); g.reason != "" {
+			return g, true
+		}
 	}
 	g.nodes, g.reason = p.vfioNodes(addr, g.group)
 	return g, true

@@ -30,6 +30,9 @@ func (p *plugin) Handout(ctx context.Context, c *skel.Call, item request.Item, c
 				return pool.Handout{}, err
 			}
 		}
+		// The binds made the groups' nodes: /dev is read afresh, not
+		// from what judging the VFs listed before.
+		p.host.Forget()
 	}
 	if p.delegate == nil {
 		nodes, err := p.vfio(addrs)
@@ -101,6 +104,9 @@ func (p *plugin) vfio(addrs []string) ([]string, error) {
 		node := vfio.GroupNode(p.host, group)
 		if node == "" {
 			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: no /dev/vfio/%s; is it bound to vfio-pci?", a, group)
+		}
+		if vfio.NoIOMMU(p.host, group) && !p.allowNoIOMMU {
+			return nil, protocol.Errorf(protocol.CodeSetup, "VF %s: %s", a, vfio.RefuseNoIOMMU(group, false))
 		}
 		if !slices.Contains(nodes, node) {
 			nodes = append(nodes, node)

@@ -12,10 +12,11 @@ import (
 
 // vfState is what the plugin sees of one VF now.
 type vfState struct {
-	addr   string
-	numa   int
-	group  string // IOMMU group; "" when none
-	reason string // why it cannot be handed out; "" when it can
+	addr    string
+	numa    int
+	group   string // IOMMU group; "" when none
+	noiommu bool   // the group is a no-IOMMU group (vfio.NoIOMMU)
+	reason  string // why it cannot be handed out; "" when it can
 }
 
 // vfStates lists a PF's current VFs in VF order, each judged.
@@ -28,6 +29,7 @@ func (p *plugin) vfStates(f pf) []vfState {
 				s.numa = n
 			}
 			s.group, s.reason = p.judge(d)
+			s.noiommu = vfio.NoIOMMU(p.host, s.group)
 			d.Close()
 		}
 		out = append(out, s)
@@ -55,6 +57,8 @@ func (p *plugin) judge(d *sysfs.Dir) (group, reason string) {
 		return group, ""
 	case group == "":
 		return "", "no IOMMU group (is the IOMMU enabled?)"
+	case vfio.NoIOMMU(p.host, group) && !p.allowNoIOMMU:
+		return group, vfio.RefuseNoIOMMU(group, false)
 	case p.vfDriver != "":
 		return group, ""
 	case drv == "":
@@ -83,10 +87,15 @@ func (p *plugin) Inventory(context.Context, *skel.Call) ([]protocol.DeviceInfo, 
 		f.dir.Close()
 		for _, v := range vfs {
 			nodes := []string{}
-			if p.delegate == nil && v.group != "" {
+			switch {
+			case p.delegate != nil || v.group == "":
+			case v.noiommu:
+				nodes = append(nodes, "/dev/vfio/noiommu-"+v.group)
+			default:
 				nodes = append(nodes, "/dev/vfio/"+v.group)
 			}
-			out = append(out, p.info(v.addr, protocol.DeviceInfo{Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason, PhysFn: f.addr}))
+			out = append(out, p.info(v.addr, protocol.DeviceInfo{Nodes: nodes, NUMA: v.numa, Usable: v.reason == "", Reason: v.reason,
+				PhysFn: f.addr, NoIOMMU: v.noiommu}))
 		}
 	}
 	return out, nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cdi-exec/plugins/internal/sysfs"
+	"github.com/cdi-exec/plugins/internal/vfio"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
@@ -29,6 +30,7 @@ type args struct {
 	Delegate         *delegate `json:"delegate"`
 	NUMAPolicy       string    `json:"numa_policy"`
 	SetupTimeout     string    `json:"setup_timeout"`
+	AllowNoIOMMU     bool      `json:"allow_noiommu"`
 }
 
 // delegate is the plugin chain-loaded for the VFs handed out.
@@ -48,6 +50,8 @@ type plugin struct {
 	autoprobe *bool
 	delegate  *delegate
 	timeout   time.Duration
+	// allowNoIOMMU hands out VFs of no-IOMMU groups too (vfio.NoIOMMU).
+	allowNoIOMMU bool
 }
 
 func newPlugin(c *skel.Call) (skel.Plugin, error) {
@@ -57,7 +61,7 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, err
 	}
 	p := &plugin{host: sysfs.NewHost(c.Env.HostRoot), numVFs: a.NumVFs, vfDriver: a.VFDriver,
-		autoprobe: a.DriversAutoprobe, delegate: a.Delegate, timeout: 10 * time.Second}
+		autoprobe: a.DriversAutoprobe, delegate: a.Delegate, timeout: 10 * time.Second, allowNoIOMMU: a.AllowNoIOMMU}
 	if p.addrs, err = sysfs.AddrSet("pf_pci_addresses", a.PFPCIAddresses); err != nil {
 		return nil, err
 	}
@@ -77,6 +81,9 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 		return nil, fmt.Errorf("vf_driver %q is not a driver name", a.VFDriver)
 	}
 	if d := a.Delegate; d != nil {
+		if a.AllowNoIOMMU {
+			return nil, fmt.Errorf("%s: applies to VFs handed out as their VFIO groups, not to a delegate's", vfio.AllowNoIOMMU)
+		}
 		if err := protocol.ValidPluginName(d.Plugin); err != nil {
 			return nil, fmt.Errorf("delegate.plugin: %w", err)
 		}
@@ -104,6 +111,9 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 // already partitioned to num_vfs, those that can be handed out now; on
 // any other, the num_vfs that ADD creates.
 func (p *plugin) Info(_ context.Context, c *skel.Call) (map[string]int, error) {
+	if err := p.CheckHooks(c); err != nil {
+		return nil, err
+	}
 	pfs, err := p.pfs()
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternal, "finding PFs: %w", err)

@@ -195,3 +195,79 @@ func TestDevicePluginContainerEdits(t *testing.T) {
 		t.Fatalf("container of %s: devices %+v mounts %+v env %v", cdiDevs[0].Name, spec.Linux.Devices, spec.Mounts, spec.Process.Env)
 	}
 }
+
+// A container_edits hook runs as root on the host: a hook whose program
+// (or a directory on its way) anyone but root may replace is refused as
+// an invalid config (101) by INFO, DEVICES and ADD, which opens no
+// store and publishes nothing, and reported by cdictl validate, while DEL exits 0;
+// once the program is root's alone, the same config works.
+func TestContainerEditsUntrustedHook(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fixture's hook program must belong to root")
+	}
+	h := fixture.H200VM()
+	h.Files = append(h.Files, "usr/bin/nvidia-cdi-hook")
+	dir := filepath.Join(t.TempDir(), "cdi")
+	conf := drmConf(`{"want_device_nodes":[],"cdi_spec":{"kind":"example.com/cuda","dir":"` + dir + `","container_edits":{"hooks":[` +
+		`{"hookName":"createContainer","path":"/usr/bin/nvidia-cdi-hook","args":["nvidia-cdi-hook","update-ldcache"]}]}}}`)
+	n := newCtlNode(t, h, map[string]string{"gpu.d/hook.conf": conf})
+	hook := filepath.Join(n.root, "usr/bin/nvidia-cdi-hook")
+	for _, tt := range []struct {
+		name string
+		mode os.FileMode
+		want string
+	}{
+		{"group-writable program", 0o775, "hook createContainer /usr/bin/nvidia-cdi-hook: the program is writable by its group or others (mode 0775)"},
+		{"world-writable directory", 0o755, "hook createContainer /usr/bin/nvidia-cdi-hook: the directory /usr/bin is writable by its group or others (mode 0777)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := os.Chmod(hook, tt.mode); err != nil {
+				t.Fatal(err)
+			}
+			binMode := os.FileMode(0o755)
+			if strings.Contains(tt.want, "directory") {
+				binMode = 0o777
+			}
+			if err := os.Chmod(filepath.Dir(hook), binMode); err != nil {
+				t.Fatal(err)
+			}
+			for _, cmd := range [][]string{
+				{"CDI_COMMAND=INFO"},
+				{"CDI_COMMAND=DEVICES"},
+				{"CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=pod1"},
+			} {
+				if r := n.run("drm", conf, cmd...); r.code(t) != 101 || !strings.Contains(r.stdout, tt.want) {
+					t.Errorf("%s: %s", cmd[0], r.stdout)
+				}
+			}
+			// ADD refused before it opened the store: there is none.
+			if _, err := os.Stat(filepath.Join(n.state, "drm.db")); !os.IsNotExist(err) {
+				t.Errorf("the store after a refused ADD: %v", err)
+			}
+			if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
+				t.Errorf("spec files after a refused ADD: %v", files)
+			}
+			if r := n.run("drm", conf, "CDI_COMMAND=DEL", "CDI_REQUEST_ID=pod1"); r.status != 0 {
+				t.Errorf("DEL: %d %s", r.status, r.stdout)
+			}
+			v := n.ctl("validate", "-o", "table")
+			if v.status != 1 || !strings.Contains(v.stdout, "hook.conf: cdi_spec container_edits: "+tt.want) {
+				t.Errorf("validate: %d %s %s", v.status, v.stdout, v.stderr)
+			}
+		})
+	}
+	for _, p := range []string{hook, filepath.Dir(hook)} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := n.ctl("validate", "-o", "table"); v.status != 0 {
+		t.Fatalf("validate with root's program: %d %s %s", v.status, v.stdout, v.stderr)
+	}
+	if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1", "CDI_REQUEST_ID=pod1"); r.status != 0 {
+		t.Fatalf("ADD with root's program: %s", r.stdout)
+	}
+	if spec := injected(t, dir, "example.com/cuda=pod1"); spec.Hooks == nil || len(spec.Hooks.CreateContainer) != 1 {
+		t.Fatalf("hooks: %+v", spec.Hooks)
+	}
+}

@@ -138,12 +138,13 @@ func TestServerHosts(t *testing.T) {
 
 // invDevice is a DEVICES entry as these tests read it.
 type invDevice struct {
-	Key    string   `json:"key"`
-	Nodes  []string `json:"nodes"`
-	Usable bool     `json:"usable"`
-	Reason string   `json:"reason"`
-	HeldBy string   `json:"heldBy"`
-	Switch string   `json:"pcieSwitch"`
+	Key     string   `json:"key"`
+	Nodes   []string `json:"nodes"`
+	Usable  bool     `json:"usable"`
+	Reason  string   `json:"reason"`
+	HeldBy  string   `json:"heldBy"`
+	Switch  string   `json:"pcieSwitch"`
+	NoIOMMU bool     `json:"noiommu"`
 }
 
 func inventory(t *testing.T, r result) map[string]invDevice {

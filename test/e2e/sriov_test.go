@@ -349,6 +349,7 @@ func TestSRIOVArgErrors(t *testing.T) {
 		`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"delegate":{"plugin":"../drm"}}`,
 		`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"numvfs":2}`,
 		`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"setup_timeout":"soon"}`,
+		`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"allow_noiommu":true,` + drmDelegate + `}`,
 	} {
 		if r := n.sriov(sriovConf(args), "CDI_COMMAND=INFO"); r.code(t) != 101 {
 			t.Errorf("%s: %s", args, r.stdout)
@@ -413,5 +414,54 @@ func TestSRIOVDevicesBeforePartitioning(t *testing.T) {
 	}
 	if strings.Join(held, " ") != "0000:03:00.1= 0000:03:00.2= 0000:03:00.3=pinned 0000:03:00.4=" {
 		t.Fatalf("DEVICES after the pinned ADD: %v", held)
+	}
+}
+
+// A VF of a no-IOMMU group is not handed out unless the config says
+// allow_noiommu: INFO does not count it, DEVICES lists it unusable,
+// marked noiommu, with its noiommu node, and a pinned ADD of it is 103
+// with the reason; an ADD that binds a VF (vf_driver) and finds its group
+// without an IOMMU refuses (107), and the next ADD takes the other VF. With
+// allow_noiommu it goes as /dev/vfio/noiommu-<group>.
+func TestSRIOVNoIOMMU(t *testing.T) {
+	h := sriovHost()
+	h.NoIOMMUGroups = []int{301}
+	n := sriovNode(t, h)
+	conf := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2}`)
+	n.partition("0000:03:00.0", 2)
+	n.bindVFIO("0000:03:00.1")
+	n.bindVFIO("0000:03:00.2")
+	const why = "IOMMU group 301 is a no-IOMMU group (/dev/vfio/noiommu-301)"
+	d := n.sriovDevices(conf)
+	if len(d) != 2 || d[0].Usable || !d[0].NoIOMMU || !strings.Contains(d[0].Reason, why) || strings.Join(d[0].Nodes, " ") != "/dev/vfio/noiommu-301" ||
+		!d[1].Usable || d[1].NoIOMMU || strings.Join(d[1].Nodes, " ") != "/dev/vfio/302" {
+		t.Fatalf("DEVICES: %+v", d)
+	}
+	if got := n.sriov(conf, "CDI_COMMAND=INFO").obj(t)["vgpu"]; got != float64(1) {
+		t.Fatalf("INFO = %v, want the VF with an IOMMU only", got)
+	}
+	r := n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=p", "CDI_REQUEST_DEVICES=0000:03:00.1")
+	if r.code(t) != 103 || !strings.Contains(r.stdout, "0000:03:00.1: "+why) || !strings.Contains(r.stdout, "allow_noiommu") {
+		t.Fatalf("pinned ADD of the no-IOMMU VF: %s", r.stdout)
+	}
+	allowed := sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"allow_noiommu":true}`)
+	if got := n.sriov(allowed, "CDI_COMMAND=INFO").obj(t)["vgpu"]; got != float64(2) {
+		t.Fatalf("INFO with allow_noiommu = %v", got)
+	}
+	r = n.sriov(allowed, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=p", "CDI_REQUEST_DEVICES=0000:03:00.1")
+	if r.status != 0 || strings.Join(r.devices(t), " ") != "/dev/vfio/noiommu-301 /dev/vfio/vfio" {
+		t.Fatalf("pinned ADD with allow_noiommu: %s", r.stdout)
+	}
+
+	// vf_driver: the VFs get their groups' nodes only when ADD binds them.
+	n = sriovNode(t, h)
+	conf = sriovConf(`{"pf_pci_addresses":["0000:03:00.0"],"num_vfs":2,"vf_driver":"vfio-pci","drivers_autoprobe":false}`)
+	r = n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:2", "CDI_REQUEST_ID=v")
+	if r.code(t) != 107 || !strings.Contains(r.stdout, "VF 0000:03:00.1: "+why) {
+		t.Fatalf("ADD that binds a no-IOMMU VF: %s", r.stdout)
+	}
+	r = n.sriov(conf, "CDI_COMMAND=ADD", "CDI_REQUEST=vgpu:1", "CDI_REQUEST_ID=v")
+	if r.status != 0 || strings.Join(r.devices(t), " ") != "/dev/vfio/302 /dev/vfio/vfio" {
+		t.Fatalf("ADD after: %s", r.stdout)
 	}
 }

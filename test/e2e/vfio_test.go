@@ -201,3 +201,53 @@ func TestCdictlOnGPUServerHosts(t *testing.T) {
 		})
 	}
 }
+
+// A GPU of a no-IOMMU group (/dev/vfio/noiommu-<group>: no IOMMU confines
+// its DMA) is not handed out unless the config says allow_noiommu: INFO
+// does not count it, DEVICES lists it unusable, marked noiommu, saying
+// why and which key allows it, and a pinned ADD of it is 103 with that
+// reason. With allow_noiommu it is handed out as its noiommu node.
+// allow_noiommu outside VFIO mode is an invalid config.
+func TestVFIONoIOMMU(t *testing.T) {
+	h := fixture.VFIOHost()
+	h.NoIOMMUGroups = []int{31}
+	n := newNode(t, h)
+	dir := filepath.Join(t.TempDir(), "cdi")
+	conf := pgpuConf(t, "vfio", dir)
+	if got := n.run("drm", conf, "CDI_COMMAND=INFO").obj(t)["pgpu"]; got != float64(2) {
+		t.Fatalf("INFO: %v", got)
+	}
+	const why = "IOMMU group 31 is a no-IOMMU group (/dev/vfio/noiommu-31)"
+	devs := inventory(t, n.run("drm", conf, "CDI_COMMAND=DEVICES"))
+	if d := devs["0000:2a:00.0"]; d.Usable || !d.NoIOMMU || !strings.Contains(d.Reason, why) || !strings.Contains(d.Reason, `"allow_noiommu": true`) {
+		t.Fatalf("the no-IOMMU GPU: %+v", d)
+	}
+	if d := devs["0000:18:00.0"]; !d.Usable || d.NoIOMMU {
+		t.Fatalf("a GPU with an IOMMU: %+v", d)
+	}
+	r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm1", "CDI_REQUEST_DEVICES=0000:2a:00.0")
+	if r.code(t) != 103 || !strings.Contains(r.stdout, "0000:2a:00.0: "+why) {
+		t.Fatalf("pinned ADD of the no-IOMMU GPU: %s", r.stdout)
+	}
+	if r := n.run("drm", conf, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:3", "CDI_REQUEST_ID=vm1"); r.code(t) != 103 {
+		t.Fatalf("ADD of 3 with 2 usable: %s", r.stdout)
+	}
+
+	allowed := strings.Replace(conf, `"want_device_nodes": ["vfio"]`, `"want_device_nodes": ["vfio"], "allow_noiommu": true`, 1)
+	if got := n.run("drm", allowed, "CDI_COMMAND=INFO").obj(t)["pgpu"]; got != float64(3) {
+		t.Fatalf("INFO with allow_noiommu: %v", got)
+	}
+	d := inventory(t, n.run("drm", allowed, "CDI_COMMAND=DEVICES"))["0000:2a:00.0"]
+	if !d.Usable || !d.NoIOMMU || strings.Join(d.Nodes, " ") != "/dev/vfio/noiommu-31 /dev/vfio/vfio" {
+		t.Fatalf("the no-IOMMU GPU with allow_noiommu: %+v", d)
+	}
+	r = n.run("drm", allowed, "CDI_COMMAND=ADD", "CDI_REQUEST=pgpu:1", "CDI_REQUEST_ID=vm1", "CDI_REQUEST_DEVICES=0000:2a:00.0")
+	if got := strings.Join(r.devices(t), " "); got != "/dev/vfio/noiommu-31 /dev/vfio/vfio" {
+		t.Fatalf("pinned ADD with allow_noiommu: %s", got)
+	}
+
+	if r := n.run("drm", drmConf(`{"want_device_nodes":["render"],"allow_noiommu":true}`), "CDI_COMMAND=INFO"); r.code(t) != 101 ||
+		!strings.Contains(r.stdout, "allow_noiommu: applies to GPUs handed out by their IOMMU group only") {
+		t.Fatalf("allow_noiommu outside VFIO mode: %s", r.stdout)
+	}
+}

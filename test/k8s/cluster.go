@@ -60,23 +60,38 @@ func StartCluster(t *testing.T) *Cluster {
 	return c
 }
 
+// StartControlPlane starts etcd and the API server alone, with no node
+// joined and no scheduler or controllers: enough for what the API server
+// decides by itself (admission policies, authorization). Nothing runs
+// pods; objects are made and changed through the API. It skips t when
+// this machine cannot run them.
+func StartControlPlane(t *testing.T) *Cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the daemons run in a cgroup of their own")
+	}
+	if _, err := os.Stat(filepath.Join(tools(), "kube-apiserver")); err != nil {
+		t.Fatalf("kube-apiserver is not built: run test/k8s/build-tools.sh (make e2e-node does): %v", err)
+	}
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Fatal("etcd is not installed: apt-get install etcd-server (test/k8s/build-tools.sh does, as root)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:443")
+	if err != nil {
+		t.Skipf("127.0.0.1:443 is taken (%v): the API server must listen on the kubernetes Service's address", err)
+	}
+	l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	c := &Cluster{Node: newNode(t)}
+	if err := c.startControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func (c *Cluster) start(ctx context.Context) error {
-	dir := filepath.Join(c.Dir, "control-plane")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	etcd, err := c.startEtcd(ctx, dir)
-	if err != nil {
-		return err
-	}
-	gates, err := featureGates(ctx, filepath.Join(tools(), "kube-apiserver"))
-	if err != nil {
-		return err
-	}
-	if len(gates) > 0 {
-		c.gates = "--feature-gates=" + gateFlag(gates)
-	}
-	if err := c.startAPIServer(ctx, dir, etcd); err != nil {
+	if err := c.startControlPlane(ctx); err != nil {
 		return err
 	}
 	for _, comp := range []struct{ name, user string }{
@@ -107,6 +122,27 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	return c.waitReady(ctx)
+}
+
+// startControlPlane starts etcd and the API server, with the feature
+// gates the release needs.
+func (c *Cluster) startControlPlane(ctx context.Context) error {
+	dir := filepath.Join(c.Dir, "control-plane")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	etcd, err := c.startEtcd(ctx, dir)
+	if err != nil {
+		return err
+	}
+	gates, err := featureGates(ctx, filepath.Join(tools(), "kube-apiserver"))
+	if err != nil {
+		return err
+	}
+	if len(gates) > 0 {
+		c.gates = "--feature-gates=" + gateFlag(gates)
+	}
+	return c.startAPIServer(ctx, dir, etcd)
 }
 
 // startEtcd starts etcd on two free ports and returns its client URL.

@@ -56,6 +56,11 @@ func (lc *lifecycle) writeAdminSpec(uid string, keys []string, cdi map[string][]
 				mine, nodes = append(mine, dev), append(nodes, dev.Nodes...)
 			}
 		}
+		// The plugins refuse such hooks (ADD's 101); a spec the driver
+		// writes itself carries the same container_edits.
+		if err := spec.CheckHooks(lc.hostRoot); err != nil {
+			return fmt.Errorf("admin access: %s: %w", lc.confs[conf].File, err)
+		}
 		if err := spec.Write(lc.adminOwner(), uid, nodes, mine); err != nil {
 			return fmt.Errorf("admin access: %w", err)
 		}

@@ -20,3 +20,15 @@ func TestUUIDAttribute(t *testing.T) {
 		}
 	}
 }
+
+// A device of a no-IOMMU VFIO group is published with noiommu true; any
+// other has no such attribute.
+func TestNoIOMMUAttribute(t *testing.T) {
+	for _, noiommu := range []bool{true, false} {
+		a := attributes(protocol.DeviceInfo{Key: "0000:9a:00.0", NUMA: -1, NoIOMMU: noiommu})
+		got, ok := a[attrNoIOMMU]
+		if ok != noiommu || ok && (got.BoolValue == nil || !*got.BoolValue) {
+			t.Errorf("noiommu %v: attribute %+v %v", noiommu, got, ok)
+		}
+	}
+}

@@ -375,3 +375,49 @@ func TestCraftedUID(t *testing.T) {
 		t.Errorf("records %v", r)
 	}
 }
+
+// TestAdminAccessUntrustedHook: the spec the driver writes for an
+// admin-access claim carries the config's container_edits, so it refuses,
+// as the plugins do, a hook whose program anyone but root could replace:
+// the prepare fails, naming the config and the reason, and no spec is
+// written for the admin claim.
+func TestAdminAccessUntrustedHook(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fixture's hook program must belong to root")
+	}
+	h := host()
+	h.Files = []string{"usr/bin/hook"}
+	n := newNode(t, h, map[string]string{"tty.d/tty.conf": ttyConf, "gpu.d/drm.conf": gpuConf})
+	conf := `{"cdiVersion": "0.0.2", "name": "TTYs", "type": "tty", "plugin": "generic-tty", "args": {"num_system_reserved": 12,
+  "cdi_spec": {"kind": "cdi-exec.io/tty", "dir": "` + n.specDir + `", "container_edits": {"hooks": [{"hookName": "createContainer", "path": "/usr/bin/hook"}]}}}}`
+	if err := os.WriteFile(filepath.Join(n.conf, "tty.d/tty.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hook := filepath.Join(n.root, "usr/bin/hook")
+	if err := os.Chmod(hook, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opt := n.options()
+	opt.HostRoot = n.root
+	n.start(opt)
+	holder := n.claim("holder", uid(21), ttyDriver, "tty17")
+	n.checkPrepared(holder, n.prepare(ttyDriver, holder), "tty17")
+	before := n.specFiles()
+
+	// Someone makes the program writable by all after the driver listed
+	// the devices.
+	if err := os.Chmod(hook, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	admin := n.allocatedClaim("monitor", uid(22), []resourceapi.DeviceRequestAllocationResult{
+		{Request: "watch", Driver: ttyDriver, Device: "tty17", AdminAccess: &yes},
+	})
+	got := n.prepare(ttyDriver, admin)
+	if !strings.Contains(got.Error, "tty.conf: cdi_spec container_edits: hook createContainer /usr/bin/hook: the program is writable by its group or others (mode 0777)") {
+		t.Fatalf("the admin claim's prepare: %+v", got)
+	}
+	if files := n.specFiles(); !slices.Equal(files, before) {
+		t.Fatalf("spec files %v after the refused prepare, want %v", files, before)
+	}
+}

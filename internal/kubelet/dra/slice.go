@@ -36,6 +36,10 @@ const (
 	attrPCIeSwitch resourceapi.QualifiedName = "pcieSwitch" // the switch's upstream port, "0000:17:00.0"
 	attrDeviceID   resourceapi.QualifiedName = "deviceId"
 	attrUUID       resourceapi.QualifiedName = "uuid" // an NVIDIA GPU's "GPU-...", as NVIDIA's DRA driver names it
+	// attrNoIOMMU, true, marks a device of a no-IOMMU VFIO group (DEVICES
+	// noiommu), published only on those: a class or claim keeps them out
+	// with !("noiommu" in device.attributes["<driver>"]).
+	attrNoIOMMU resourceapi.QualifiedName = "noiommu"
 	// The generic plugin's (docs/plugins.md#generic): the sysfs class and
 	// driver of a unit's nodes, and the USB device it hangs off.
 	attrClass      resourceapi.QualifiedName = "class"
@@ -293,6 +297,10 @@ func attributes(dev protocol.DeviceInfo) map[resourceapi.QualifiedName]resourcea
 	}
 	if dev.PCIeSwitch != "" {
 		a[attrPCIeSwitch] = str(dev.PCIeSwitch)
+	}
+	if dev.NoIOMMU {
+		yes := true
+		a[attrNoIOMMU] = resourceapi.DeviceAttribute{BoolValue: &yes}
 	}
 	return a
 }
