@@ -227,8 +227,8 @@ func TestNamesMatchExactly(t *testing.T) {
 		tty(`{"num_system_reserved": 12, "NUM_SYSTEM_RESERVED": 0}`):                         `\"NUM_SYSTEM_RESERVED\" is not \"num_system_reserved\"`,
 		tty(`{"num_system_reserved": 12, "num_system_reserved": 0}`):                         `\"num_system_reserved\" is given twice`,
 		tty(`{"Pattern": "ttyS"}`):                                                           `\"Pattern\" is not \"pattern\"`,
-		tty(`{"cdi_spec": {"Kind": "example.com/tty"}}`):                                     `cdi_spec: field \"Kind\" is not \"kind\"`,
-		tty(`{"cdi_spec": {"kind": "example.com/tty", "DIR": "/x"}}`):                        `cdi_spec: field \"DIR\" is not \"dir\"`,
+		tty(`{"cdi_spec": {"Kind": "example.com/tty"}}`):                                     `cdi_spec.Kind: field \"Kind\" is not \"kind\"`,
+		tty(`{"cdi_spec": {"kind": "example.com/tty", "DIR": "/x"}}`):                        `cdi_spec.DIR: field \"DIR\" is not \"dir\"`,
 		`{"cdiVersion":"0.0.2","name":"t","type":"tty","Type":"gpu","plugin":"generic-tty"}`: `\"Type\" is not \"type\"`,
 		`{"cdiVersion":"0.0.2","name":"t","type":"gpu","type":"tty","plugin":"generic-tty"}`: `\"type\" is given twice`,
 	} {

@@ -233,7 +233,10 @@ func TestVFIONoIOMMU(t *testing.T) {
 		t.Fatalf("ADD of 3 with 2 usable: %s", r.stdout)
 	}
 
-	allowed := strings.Replace(conf, `"want_device_nodes": ["vfio"]`, `"want_device_nodes": ["vfio"], "allow_noiommu": true`, 1)
+	allowed := strings.Replace(conf, `"mode": "vfio"`, `"mode": "vfio", "allow_noiommu": true`, 1)
+	if allowed == conf {
+		t.Fatalf("no mode in the pgpu example to add allow_noiommu to:\n%s", conf)
+	}
 	if got := n.run("drm", allowed, "CDI_COMMAND=INFO").obj(t)["pgpu"]; got != float64(3) {
 		t.Fatalf("INFO with allow_noiommu: %v", got)
 	}
