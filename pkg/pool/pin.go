@@ -16,20 +16,32 @@ import (
 // byKeys is the picker of a pinned ADD (docs/protocol.md#extension-pinned-add): it
 // takes exactly the devices named by keys, in their order, and makes no
 // choice of its own, so locality and a strict NUMA policy do not apply.
-// Every key that cannot be handed out is named in one code 103: held by
-// another request, or not among the usable devices, with why (the
-// plugin's inventory says, when it has one).
+// A key that names a shared unit takes its first free share, in
+// discovery order, and one more each time it is named again (a plugin
+// whose skel.About has SharedKeys). Every key that cannot be handed out is
+// named in one code 103: held by another request, or not among the
+// usable devices, with why (the plugin's inventory says, when it has
+// one).
 func byKeys(keys []string, why func(key string) string) picker {
 	return func(item request.Item, devs []Device, free func(key string) bool) ([]Device, error) {
 		var chosen []Device
 		var bad []string
+		took := map[string]bool{}
+		named := map[string]int{}
 		for _, k := range keys {
+			named[k]++
 			// A key names a unit: the device of that key, or a free share
-			// of it (Unit).
-			i := slices.IndexFunc(devs, func(d Device) bool { return Unit(d.Key) == k && free(d.Key) })
+			// of it (Unit) not taken by an earlier naming.
+			i := slices.IndexFunc(devs, func(d Device) bool { return Unit(d.Key) == k && free(d.Key) && !took[d.Key] })
 			switch {
 			case i >= 0:
 				chosen = append(chosen, devs[i])
+				took[devs[i].Key] = true
+			case named[k] > 1:
+				if named[k] == 2 { // one message for the key, however often it is named
+					times := len(slices.DeleteFunc(slices.Clone(keys), func(o string) bool { return o != k }))
+					bad = append(bad, fmt.Sprintf("%s: named %d times, more than its free shares", k, times))
+				}
 			case !free(k) || slices.ContainsFunc(devs, func(d Device) bool { return Unit(d.Key) == k }):
 				bad = append(bad, k+": held by another request")
 			default:

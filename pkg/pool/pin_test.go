@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/cdi-exec/plugins/internal/alloc"
 	"github.com/cdi-exec/plugins/pkg/protocol"
 	"github.com/cdi-exec/plugins/pkg/skel"
 )
@@ -15,6 +16,7 @@ func TestPinned(t *testing.T) {
 		name   string
 		numa   []int
 		strict bool
+		shares int               // the host is one unit kvm of that many shares, not GPUs
 		inv    map[string]string // inventory: key → reason it is not usable
 		steps  []step
 		after  map[string][]string
@@ -94,10 +96,35 @@ func TestPinned(t *testing.T) {
 				{id: "a", request: "gpu:2", pinned: []string{"g0", "g1"}, numa: []int{1}, devices: []string{"/dev/g0", "/dev/g1"}, local: []int{0, 1}},
 			},
 			after: map[string][]string{"a": {"g0", "g1"}}},
+		{name: "a shared unit named k times takes k free shares, lowest first, its node once; replay names it as often",
+			shares: 4,
+			steps: []step{
+				{id: "a", request: "kvm:1", pinned: []string{"kvm"}, devices: []string{"/dev/kvm"}},
+				{id: "b", request: "kvm:2", pinned: []string{"kvm", "kvm"}, devices: []string{"/dev/kvm"}},
+				{id: "b", request: "kvm:2", pinned: []string{"kvm", "kvm"}, devices: []string{"/dev/kvm"}},
+				{id: "b", request: "kvm:1", pinned: []string{"kvm"}, code: protocol.CodeConflict},
+				{id: "c", request: "kvm:2", pinned: []string{"kvm", "kvm"}, code: protocol.CodeInsufficient, detail: "kvm: named 2 times, more than its free shares"},
+				{id: "c", request: "kvm:1", pinned: []string{"kvm"}, devices: []string{"/dev/kvm"}},
+				{id: "d", request: "kvm:1", pinned: []string{"kvm"}, code: protocol.CodeInsufficient, detail: "kvm: held by another request"},
+			},
+			after: map[string][]string{"a": {"kvm"}, "b": {"kvm/1", "kvm/2"}, "c": {"kvm/3"}}},
+		{name: "an unshared key named twice is 103",
+			numa: []int{0, 0},
+			steps: []step{
+				{id: "a", request: "gpu:2", pinned: []string{"g0", "g0"}, code: protocol.CodeInsufficient, detail: "g0: named 2 times"},
+			},
+			after: map[string][]string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, gpus(tt.numa...))
+			h := gpus(tt.numa...)
+			if tt.shares > 0 {
+				h = &host{names: map[string][]string{}}
+				for i := range tt.shares {
+					h.devs = append(h.devs, Device{Key: ShareKey("kvm", i), Index: i, NUMA: alloc.Unknown, Nodes: []string{"/dev/kvm"}})
+				}
+			}
+			e := newEnv(t, h)
 			e.pool.Strict = tt.strict
 			if tt.inv != nil {
 				e.pool.Lister = listFunc(func(context.Context, *skel.Call) ([]protocol.DeviceInfo, error) {

@@ -31,6 +31,18 @@ func ValidDeviceKey(s string) error {
 // ParseDeviceKeys parses a CDI_REQUEST_DEVICES value: key *("," key), with
 // no empty items and no key listed twice. The keys keep their order.
 func ParseDeviceKeys(s string) ([]string, error) {
+	return parseDeviceKeys(s, false)
+}
+
+// ParseSharedDeviceKeys parses a CDI_REQUEST_DEVICES value as
+// ParseDeviceKeys does, but lets a key be listed more than once: for a
+// plugin whose devices several requests may hold at once (DEVICES'
+// shares), each time names one more share of the device.
+func ParseSharedDeviceKeys(s string) ([]string, error) {
+	return parseDeviceKeys(s, true)
+}
+
+func parseDeviceKeys(s string, repeats bool) ([]string, error) {
 	if s == "" {
 		return nil, &Error{Part: "device list", Value: s, Reason: "empty"}
 	}
@@ -40,7 +52,7 @@ func ParseDeviceKeys(s string) ([]string, error) {
 		if err := ValidDeviceKey(k); err != nil {
 			return nil, err
 		}
-		if seen[k] {
+		if seen[k] && !repeats {
 			return nil, &Error{Part: "device list", Value: s, Reason: fmt.Sprintf("device key %q appears more than once", k)}
 		}
 		seen[k] = true

@@ -46,6 +46,19 @@ func TestParseDeviceKeys(t *testing.T) {
 	}
 }
 
+// ParseSharedDeviceKeys takes a key named twice, and nothing else that
+// ParseDeviceKeys refuses.
+func TestParseSharedDeviceKeys(t *testing.T) {
+	if got, err := ParseSharedDeviceKeys("kvm,tty1,kvm"); err != nil || !slices.Equal(got, []string{"kvm", "tty1", "kvm"}) {
+		t.Errorf("kvm,tty1,kvm: got %q, %v", got, err)
+	}
+	for _, in := range []string{"", "kvm,", "kvm,,kvm", "a/b"} {
+		if got, err := ParseSharedDeviceKeys(in); err == nil {
+			t.Errorf("%q: accepted as %q", in, got)
+		}
+	}
+}
+
 // keyList is the grammar of CDI_REQUEST_DEVICES as a regular expression,
 // an oracle independent of the parser (duplicates are checked apart).
 var keyList = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}(,[A-Za-z0-9._:-]{1,64})*$`)

@@ -63,3 +63,31 @@ func TestPinnedRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestPinnedSharedKeys: a plugin with SharedKeys gets a key named twice
+// as named, each time one more share; the grammar and the amount still
+// hold.
+func TestPinnedSharedKeys(t *testing.T) {
+	tests := []struct {
+		name, request, devices string
+		code                   int
+		pinned                 []string
+	}{
+		{"a key twice", "gpu:3", "a,a,b", 0, []string{"a", "a", "b"}},
+		{"the amount counts each naming", "gpu:2", "a,a,b", protocol.CodeInvalidRequest, nil},
+		{"the grammar holds", "gpu:2", "a,,a", protocol.CodeInvalidRequest, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var calls []*Call
+			env := map[string]string{"CDI_COMMAND": "ADD", "CDI_REQUEST_ID": "r", "CDI_REQUEST": tt.request, "CDI_REQUEST_DEVICES": tt.devices}
+			_, obj, out := run(t, env, strings.NewReader(gpuConf), fake{add: &AddResult{}, calls: &calls, shared: true})
+			if code, _ := obj["code"].(float64); int(code) != tt.code {
+				t.Fatalf("answer %s; want code %d", out, tt.code)
+			}
+			if tt.code == 0 && (len(calls) != 1 || !slices.Equal(calls[0].Pinned, tt.pinned)) {
+				t.Fatalf("plugin got %v; want %q", calls, tt.pinned)
+			}
+		})
+	}
+}

@@ -111,19 +111,24 @@ func (d *Dispatcher) parseAdd(about About, c *Call) error {
 			return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_NUMA_LOCALITY: %w", err)
 		}
 	}
-	return d.parsePinned(c)
+	return d.parsePinned(about, c)
 }
 
 // parsePinned reads CDI_REQUEST_DEVICES, after every other check of the
 // request: the keys must obey their grammar, and the request must hold
 // exactly one item whose amount is the number of keys
-// (docs/protocol.md#extension-pinned-add).
-func (d *Dispatcher) parsePinned(c *Call) error {
+// (docs/protocol.md#extension-pinned-add). A plugin with SharedKeys takes
+// a key named more than once.
+func (d *Dispatcher) parsePinned(about About, c *Call) error {
 	raw := d.Getenv(protocol.EnvRequestDevices)
 	if raw == "" {
 		return nil
 	}
-	keys, err := request.ParseDeviceKeys(raw)
+	parse := request.ParseDeviceKeys
+	if about.SharedKeys {
+		parse = request.ParseSharedDeviceKeys
+	}
+	keys, err := parse(raw)
 	if err != nil {
 		return protocol.Errorf(protocol.CodeInvalidRequest, "CDI_REQUEST_DEVICES: %w", err)
 	}

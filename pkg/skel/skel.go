@@ -101,6 +101,11 @@ type About struct {
 	// Subtypes lists the resource-subtypes ADD accepts besides the bare
 	// type.
 	Subtypes []string
+	// SharedKeys lets a pinned ADD name a key more than once, each time
+	// one more share of a device several requests may hold at once
+	// (docs/protocol.md#extension-pinned-add); without it a key named
+	// twice is code 102.
+	SharedKeys bool
 	// New validates the config's args and returns the plugin. Its errors
 	// are reported as invalid configuration (code 101) unless they already
 	// carry a code.

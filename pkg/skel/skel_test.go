@@ -19,6 +19,8 @@ type fake struct {
 	err   error
 	panic bool
 	calls *[]*Call
+	// shared is the plugin's About.SharedKeys.
+	shared bool
 }
 
 func (f fake) record(c *Call) error {
@@ -56,7 +58,7 @@ func run(t *testing.T, env map[string]string, stdin io.Reader, p fake) (int, map
 		Stdout: &out,
 		Stderr: &errOut,
 	}
-	about := About{Subtypes: []string{"memory"}, New: func(c *Call) (Plugin, error) {
+	about := About{Subtypes: []string{"memory"}, SharedKeys: p.shared, New: func(c *Call) (Plugin, error) {
 		var a struct {
 			K int `json:"k"`
 		}

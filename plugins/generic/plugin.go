@@ -8,7 +8,9 @@ import (
 
 const name = "generic"
 
-var about = skel.About{Name: name, Summary: "hands the device nodes its rules select to containers", New: newPlugin}
+// about: a pinned ADD may name a shared unit once per share it wants
+// (SharedKeys).
+var about = skel.About{Name: name, Summary: "hands the device nodes its rules select to containers", SharedKeys: true, New: newPlugin}
 
 // plugin is the rules' engine (internal/chardev) under pool.Pool. Share i
 // of a unit is its store key pool.ShareKey(key, i).

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,56 +21,88 @@ import (
 	"github.com/cdi-exec/plugins/test/fixture"
 )
 
-// The generic plugin's kvm type as the real-node tests serve it: this
-// machine's /dev/kvm, shared by up to three pods.
+// kvmConf is the generic plugin's kvm type as the real-node tests serve
+// it: this machine's /dev/kvm, shared by up to shares pods.
+func kvmConf(shares int) string {
+	return fmt.Sprintf(`{"cdiVersion": "0.0.2", "name": "kvm", "type": "kvm", "plugin": "generic", "args": {"rules": [{"paths": ["/dev/kvm"], "shares": %d, "permissions": "rw"}]}}`, shares)
+}
+
 const (
 	kvmDriver = "kvm.cdi-exec.io"
-	kvmConf   = `{"cdiVersion": "0.0.2", "name": "kvm", "type": "kvm", "plugin": "generic", "args": {"rules": [{"paths": ["/dev/kvm"], "shares": 3, "permissions": "rw"}]}}`
 	// kvmLoop opens /dev/kvm read-write and says so, then waits.
 	kvmLoop = `if exec 3<>/dev/kvm; then echo kvm-opened; else echo kvm-failed; fi; while :; do sleep 1; done`
 )
 
 // TestClusterDRAGenericKVM deploys the DRA mode as TestClusterDRATTYs
-// does, with the generic plugin's kvm type beside the ttys: the node's
-// real /dev/kvm with three shares. The driver offers it as three devices;
-// three pods, each with a claim of one, run at once and each opens
-// /dev/kvm; a fourth pod waits, unscheduled, until one of them is
-// deleted, and then runs too.
-func TestClusterDRAGenericKVM(t *testing.T) {
+// does, with the generic plugin's kvm type: the node's real /dev/kvm with
+// three shares. Three pods, each with a claim of one share, run at once
+// and each opens /dev/kvm; a fourth pod waits, unscheduled, until one of
+// them is deleted, and then runs too (kvmShares).
+func TestClusterDRAGenericKVM(t *testing.T) { kvmShares(t, 3) }
+
+// TestClusterKVMShares is TestClusterDRAGenericKVM at the size of a VM
+// node: 24 shares, 24 pods each holding one, the 25th waiting until one
+// is deleted (kvmShares).
+func TestClusterKVMShares(t *testing.T) { kvmShares(t, 24) }
+
+// kvmShares serves /dev/kvm with n shares and runs n+1 pods with a claim
+// of one share each: n open /dev/kvm, the last waits (Pending) and runs
+// once one of the n is deleted; the plugin holds a share for each of the
+// n claims. The slice's shape depends on the release (apiMinor): from
+// 1.36 the API server serves consumable capacity, and the unit is one
+// device with allowMultipleAllocations and a capacity of n shares, which
+// every claim is allocated with a shareID of its own; before, where
+// DRAConsumableCapacity is off, it is n devices, one per share.
+func kvmShares(t *testing.T, n int) {
 	if fi, err := os.Stat("/dev/kvm"); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
 		t.Skipf("this machine has no /dev/kvm: %v", err)
 	}
 	ctx, d := newDRARun(t, 15*time.Minute)
+	conf := kvmConf(n)
 	if err := os.MkdirAll(filepath.Join(d.b.conf, "kvm.d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(d.b.conf, "kvm.d", "generic.conf"), []byte(kvmConf), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(d.b.conf, "kvm.d", "generic.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	d.loadImage(ctx, t)
-	d.deployType(ctx, t, "kvm", kvmConf, "")
+	d.deployType(ctx, t, "kvm", conf, "")
 	driverPod := d.waitDriver(ctx, t, "")
-	shares := d.waitDevices(ctx, t, kvmDriver, 3)
-	t.Logf("driver pod %s; the kvm slice lists %v", driverPod, shares)
+	minor := d.apiMinor(ctx, t)
+	consumable := minor >= 36
+	want := n
+	if consumable {
+		want = 1
+	}
+	devices := d.waitDevices(ctx, t, kvmDriver, want)
+	t.Logf("driver pod %s; on 1.%d the kvm slice lists %d devices: %v", driverPod, minor, len(devices), devices)
+	if consumable {
+		dev := d.sliceDevice(ctx, t, kvmDriver, "kvm")
+		shares, ok := dev.Capacity["shares"]
+		if dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations || !ok || shares.Value.Value() != int64(n) {
+			t.Fatalf("the kvm device on 1.%d: allowMultipleAllocations %v, capacity %+v; want one device of %d shares", minor, dev.AllowMultipleAllocations, dev.Capacity, n)
+		}
+	}
 
 	f := &features{draRun: d}
 	var doc strings.Builder
-	for i := 1; i <= 4; i++ {
-		name := fmt.Sprintf("vm%d", i)
-		doc.WriteString(claimYAML("default", name, "requests:\n- name: r\n  exactly: {deviceClassName: "+kvmDriver+"}"))
-		doc.WriteString(kvmPod(name))
+	pods := make([]string, n+1)
+	for i := range pods {
+		pods[i] = fmt.Sprintf("vm%d", i+1)
+		doc.WriteString(claimYAML("default", pods[i], "requests:\n- name: r\n  exactly: {deviceClassName: "+kvmDriver+"}"))
+		doc.WriteString(kvmPod(pods[i]))
 	}
 	f.yaml(ctx, t, doc.String())
 	var running []string
-	err := waitFor(ctx, "three of the four pods to open /dev/kvm", func(ctx context.Context) error {
+	err := waitFor(ctx, fmt.Sprintf("%d of the %d pods to open /dev/kvm", n, n+1), func(ctx context.Context) error {
 		running = nil
-		for i := 1; i <= 4; i++ {
-			if d.kvmOpened(ctx, fmt.Sprintf("vm%d", i)) {
-				running = append(running, fmt.Sprintf("vm%d", i))
+		for _, p := range pods {
+			if d.kvmOpened(ctx, p) {
+				running = append(running, p)
 			}
 		}
-		if len(running) != 3 {
-			return fmt.Errorf("%v opened it", running)
+		if len(running) != n {
+			return fmt.Errorf("%d opened it", len(running))
 		}
 		return nil
 	}, d.c.Kubelet)
@@ -77,24 +110,38 @@ func TestClusterDRAGenericKVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting := ""
-	for i := 1; i <= 4; i++ {
-		if name := fmt.Sprintf("vm%d", i); !slices.Contains(running, name) {
-			waiting = name
+	for _, p := range pods {
+		if !slices.Contains(running, p) {
+			waiting = p
 		}
 	}
 	time.Sleep(5 * time.Second)
 	if p, _ := d.c.WaitPod(ctx, "default", waiting, func(Pod, bool) error { return nil }); p.Status.Phase != "Pending" {
-		t.Fatalf("the fourth pod %s is %s, want Pending", waiting, p.Status.Phase)
+		t.Fatalf("the last pod %s is %s, want Pending", waiting, p.Status.Phase)
 	}
 	held := f.holders(ctx, t)
-	t.Logf("%v opened /dev/kvm, %s waits; the plugin holds %v", running, waiting, held)
-	if len(held) != 3 {
-		t.Fatalf("the plugin holds %v, want three claims on kvm", held)
+	t.Logf("%d pods opened /dev/kvm, %s waits; the plugin holds shares for %d claims", len(running), waiting, len(held))
+	if len(held) != n {
+		t.Fatalf("the plugin holds %v, want %d claims on kvm", held, n)
+	}
+	if consumable {
+		shareIDs := map[string]bool{}
+		for _, p := range running {
+			for _, r := range f.claim(ctx, t, "default", p).Status.Allocation.Devices.Results {
+				if r.Device != "kvm" || r.ShareID == nil {
+					t.Fatalf("claim %s was allocated %+v, want a share of kvm", p, r)
+				}
+				shareIDs[string(*r.ShareID)] = true
+			}
+		}
+		if len(shareIDs) != n {
+			t.Fatalf("%d distinct shareIDs among %d claims", len(shareIDs), n)
+		}
 	}
 	if _, err := d.c.Kubectl(ctx, "delete", "pod", running[0], "--wait=false", "--grace-period=0"); err != nil {
 		t.Fatal(err)
 	}
-	err = waitFor(ctx, "the fourth pod to open /dev/kvm", func(ctx context.Context) error {
+	err = waitFor(ctx, "the last pod to open /dev/kvm", func(ctx context.Context) error {
 		if !d.kvmOpened(ctx, waiting) {
 			return fmt.Errorf("%s has not opened it", waiting)
 		}
@@ -104,6 +151,43 @@ func TestClusterDRAGenericKVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("after %s was deleted, %s opened /dev/kvm", running[0], waiting)
+}
+
+// apiMinor is the API server's minor version: 37 for 1.37.2.
+func (d *draRun) apiMinor(ctx context.Context, t *testing.T) int {
+	t.Helper()
+	var v struct {
+		Minor string `json:"minor"`
+	}
+	if err := d.c.Get(ctx, "/version", &v); err != nil {
+		t.Fatal(err)
+	}
+	m, err := strconv.Atoi(strings.TrimSuffix(v.Minor, "+"))
+	if err != nil {
+		t.Fatalf("the API server's minor version %q: %v", v.Minor, err)
+	}
+	return m
+}
+
+// sliceDevice returns the device called name of the node's ResourceSlices
+// of driver.
+func (d *draRun) sliceDevice(ctx context.Context, t *testing.T, driver, name string) resourceapi.Device {
+	t.Helper()
+	var l resourceapi.ResourceSliceList
+	if err := d.c.Get(ctx, "/apis/resource.k8s.io/v1/resourceslices", &l); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range l.Items {
+		if s.Spec.Driver == driver && s.Spec.NodeName != nil && *s.Spec.NodeName == NodeName {
+			for _, dev := range s.Spec.Devices {
+				if dev.Name == name {
+					return dev
+				}
+			}
+		}
+	}
+	t.Fatalf("no device %s in the slices of %s", name, driver)
+	return resourceapi.Device{}
 }
 
 // kvmPod is the YAML of a pod with the claim of its name that opens

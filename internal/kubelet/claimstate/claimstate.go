@@ -59,10 +59,27 @@ type Claim struct {
 	// without running a plugin. Records written before they were kept
 	// have none, and such a claim's prepare replays its ADD.
 	Devices map[string][]string `json:"devices,omitempty"`
+	// Shares are the claim's allocations of a shared unit offered as one
+	// device with consumable capacity (KEP-5075), in the allocation's
+	// order: each names how many of the unit's share slots its pinned ADD
+	// took (the unit's key named that often), so that a replay names the
+	// same. Records written before they were kept have none.
+	Shares []Share `json:"shares,omitempty"`
 	// Prepared is false from before the first ADD until the claim's
 	// preparation has succeeded once.
 	Prepared bool      `json:"prepared"`
 	Since    time.Time `json:"since"` // when the claim was first recorded
+}
+
+// Share is one allocation of a shared unit's capacity: the scheduler's
+// shareID, the unit's key, and the share slots it holds in the plugin's
+// store. Which slots those are is the plugin's choice (the lowest free,
+// docs/protocol.md#extension-pinned-add); DEL of the claim's UID frees
+// them all.
+type Share struct {
+	ID    string `json:"id"`
+	Key   string `json:"key"`
+	Slots int    `json:"slots"`
 }
 
 // Claims are the records by UID.

@@ -89,6 +89,12 @@ type publisher struct {
 	unhealthy map[string]unhealthy
 	refreshed time.Time     // when the devices were last asked
 	changed   chan struct{} // closed and replaced when offered changes
+	// consumable is whether the API server is taken to serve consumable
+	// capacity (KEP-5075): a shared unit is then one device of N shares,
+	// else N devices. True until the server drops a device's
+	// allowMultipleAllocations (dropped).
+	consumable bool
+	poke       chan struct{} // wakes the poll (dropped)
 }
 
 // lifecycle prepares and unprepares the claims allocated devices of one
@@ -150,7 +156,7 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 			name: name, node: opt.NodeName, effect: opt.TaintEffect, every: opt.Poll, client: opt.Client,
 			poller: poller, log: log, metrics: opt.Metrics,
 			unnamed: map[string]bool{}, known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{},
-			changed: make(chan struct{}),
+			changed: make(chan struct{}), consumable: true, poke: make(chan struct{}, 1),
 		},
 		lifecycle: &lifecycle{
 			name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller, client: opt.Client,
@@ -240,7 +246,7 @@ func (d *driver) refresh(ctx context.Context) {
 
 // poll refreshes the devices every interval until ctx ends.
 func (d *driver) poll(ctx context.Context, interval time.Duration) {
-	inventory.Every(ctx, interval, nil, func() { d.refresh(ctx) })
+	inventory.Every(ctx, interval, d.publisher.poke, func() { d.refresh(ctx) })
 }
 
 // oneCallPerClaim is the helper's gRPC interceptor: a
@@ -339,12 +345,14 @@ func (d *driver) stop() {
 // HandleError implements kubeletplugin.DRAPlugin: errors of the
 // background work (serving gRPC, publishing slices). Those the helper
 // calls recoverable are logged, and so are fields the API server dropped
-// from the slice (device taints where DRADeviceTaints is off); any other
-// stops the driver.
+// from the slice (device taints where DRADeviceTaints is off; a dropped
+// allowMultipleAllocations turns the publisher to one device per share);
+// any other stops the driver.
 func (d *driver) HandleError(_ context.Context, err error, msg string) {
 	var dropped *resourceslice.DroppedFieldsError
 	if errors.As(err, &dropped) {
 		d.log.Warn(msg, "err", err)
+		d.publisher.dropped(dropped)
 		return
 	}
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {

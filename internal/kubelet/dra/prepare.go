@@ -40,6 +40,10 @@ type result struct {
 	resourceapi.DeviceRequestAllocationResult
 	key   string // the device's key in the exec protocol
 	admin bool   // allocated with admin access
+	// slots is how many share slots of a shared unit offered with
+	// consumable capacity the result holds (its consumed capShares,
+	// rounded up); 0 for a result without a shareID.
+	slots int
 }
 
 // prepare prepares one claim, logs one line about it, counts it in the
@@ -77,7 +81,7 @@ func (lc *lifecycle) prepare(ctx context.Context, claim *resourceapi.ResourceCla
 	infos := lc.deviceInfos(results)
 	for _, r := range results {
 		dev := kubeletplugin.Device{
-			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: cdi[r.key],
+			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: cdi[r.key], ShareID: r.ShareID,
 		}
 		if lc.metadata {
 			dev.Metadata = lc.deviceMetadata(r, infos)
@@ -108,9 +112,49 @@ func (lc *lifecycle) allocated(claim *resourceapi.ResourceClaim) ([]result, erro
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, result{DeviceRequestAllocationResult: r, key: key, admin: r.AdminAccess != nil && *r.AdminAccess})
+		res := result{DeviceRequestAllocationResult: r, key: key, admin: r.AdminAccess != nil && *r.AdminAccess}
+		if r.ShareID != nil && !res.admin {
+			res.slots = 1 // the requestPolicy's default
+			if q, ok := r.ConsumedCapacity[capShares]; ok {
+				res.slots = int(q.Value()) // rounded up
+			}
+			if res.slots < 1 {
+				return nil, fmt.Errorf("device %s (share %s) consumes %v shares", r.Device, *r.ShareID, res.slots)
+			}
+		}
+		out = append(out, res)
 	}
 	return out, nil
+}
+
+// shares are the claim's allocations of shared units' capacity (the
+// results with a shareID), as the claim's record keeps them.
+func shares(results []result) []claimstate.Share {
+	var out []claimstate.Share
+	for _, r := range results {
+		if r.slots > 0 {
+			out = append(out, claimstate.Share{ID: string(*r.ShareID), Key: r.key, Slots: r.slots})
+		}
+	}
+	return out
+}
+
+// unitSlots is how often a pinned ADD names each unit: once, or, for a
+// unit the claim holds capacity of, once per share slot its shares hold.
+func unitSlots(units []string, held []claimstate.Share) []string {
+	var out []string
+	for _, u := range units {
+		n := 0
+		for _, sh := range held {
+			if sh.Key == u {
+				n += sh.Slots
+			}
+		}
+		for range max(n, 1) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // splitKeys returns the distinct keys of the results held the ordinary
@@ -162,7 +206,8 @@ func (lc *lifecycle) pin(ctx context.Context, claim *resourceapi.ResourceClaim, 
 		return nil, err
 	}
 	before := claims[uid]
-	if err := sameDevices(before, keys, adminKeys); err != nil {
+	held := shares(results)
+	if err := sameDevices(before, keys, adminKeys, held); err != nil {
 		return nil, err
 	}
 	if cdi, ok := lc.answered(uid, before); ok {
@@ -178,13 +223,13 @@ func (lc *lifecycle) pin(ctx context.Context, claim *resourceapi.ResourceClaim, 
 	}()
 	cdi := map[string][]string{}
 	if len(keys) > 0 {
-		err = lc.add(ctx, uid, keys, settings, cdi)
+		err = lc.add(ctx, uid, keys, held, settings, cdi)
 	}
 	if err == nil && len(adminKeys) > 0 {
 		err = lc.writeAdminSpec(uid, adminKeys, cdi)
 	}
 	if err == nil {
-		err = lc.record(ctx, claim, keys, adminKeys, cdi)
+		err = lc.record(ctx, claim, keys, adminKeys, held, cdi)
 	}
 	if err != nil {
 		if !before.Prepared {
@@ -254,18 +299,24 @@ func (lc *lifecycle) specsWritten(uid string, rec claimstate.Claim) bool {
 	return len(kinds) == 0
 }
 
-// sameDevices refuses to prepare a recorded claim for other devices than
-// it holds.
-func sameDevices(rec claimstate.Claim, keys, adminKeys []string) error {
-	if rec.UID != "" && (!slices.Equal(rec.Keys, keys) || !slices.Equal(rec.AdminKeys, adminKeys)) {
+// sameDevices refuses to prepare a recorded claim for other devices, or
+// other shares of a shared unit, than it holds.
+func sameDevices(rec claimstate.Claim, keys, adminKeys []string, held []claimstate.Share) error {
+	if rec.UID == "" {
+		return nil
+	}
+	if !slices.Equal(rec.Keys, keys) || !slices.Equal(rec.AdminKeys, adminKeys) {
 		return fmt.Errorf("the claim holds %v (admin access: %v), and is now asked for %v (admin access: %v)", rec.Keys, rec.AdminKeys, keys, adminKeys)
+	}
+	if !slices.Equal(rec.Shares, held) {
+		return fmt.Errorf("the claim holds the shares %+v, and is now asked for %+v", rec.Shares, held)
 	}
 	return nil
 }
 
 // record records a prepared claim, with its CDI device ids. A record that
 // says so already is left as it is, and nothing is written.
-func (lc *lifecycle) record(ctx context.Context, claim *resourceapi.ResourceClaim, keys, adminKeys []string, cdi map[string][]string) error {
+func (lc *lifecycle) record(ctx context.Context, claim *resourceapi.ResourceClaim, keys, adminKeys []string, held []claimstate.Share, cdi map[string][]string) error {
 	uid := string(claim.UID)
 	var all []string
 	for _, k := range append(slices.Clone(keys), adminKeys...) {
@@ -277,11 +328,11 @@ func (lc *lifecycle) record(ctx context.Context, claim *resourceapi.ResourceClai
 	}
 	return lc.records.Update(ctx, func(cs claimstate.Claims) error {
 		c := cs[uid]
-		if err := sameDevices(c, keys, adminKeys); err != nil {
+		if err := sameDevices(c, keys, adminKeys, held); err != nil {
 			return err
 		}
 		if c.UID == "" {
-			c = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, AdminKeys: adminKeys, Since: time.Now().UTC()}
+			c = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, AdminKeys: adminKeys, Shares: held, Since: time.Now().UTC()}
 		}
 		devices := make(map[string][]string, len(keys)+len(adminKeys))
 		for _, k := range append(slices.Clone(keys), adminKeys...) {
@@ -308,8 +359,9 @@ func (lc *lifecycle) plugins() []string {
 // the claim's settings over the config's args, and sets cdi[key] to each
 // key's CDI device ids: the device's own entry (the answer's
 // cdiKeyDevices), or, from a plugin that names none, the request's
-// cdiDevices.
-func (lc *lifecycle) add(ctx context.Context, uid string, keys []string, settings claimconfig.Settings, cdi map[string][]string) error {
+// cdiDevices. A unit the claim holds shares of is named once per share
+// slot (unitSlots), and the plugin takes its lowest free slots.
+func (lc *lifecycle) add(ctx context.Context, uid string, keys []string, held []claimstate.Share, settings claimconfig.Settings, cdi map[string][]string) error {
 	inv := lc.poller.Inventory()
 	for _, g := range inv.Groups(keys) {
 		conf := lc.confs[g.Conf]
@@ -318,7 +370,7 @@ func (lc *lifecycle) add(ctx context.Context, uid string, keys []string, setting
 			return fmt.Errorf("%s: %w", conf.File, err)
 		}
 		conf.Raw = raw
-		added, err := lc.caller.AddDevices(ctx, conf, uid, request.Spec{Type: lc.typ}, inv.Units(g.Keys))
+		added, err := lc.caller.AddDevices(ctx, conf, uid, request.Spec{Type: lc.typ}, unitSlots(inv.Units(g.Keys), held))
 		if err != nil {
 			return err
 		}

@@ -133,7 +133,7 @@ func (lc *lifecycle) replay(ctx context.Context, rec claimstate.Claim) error {
 		return nil // no longer allocated here: the collector's
 	}
 	keys, adminKeys := splitKeys(results)
-	if sameDevices(rec, keys, adminKeys) != nil {
+	if sameDevices(rec, keys, adminKeys, shares(results)) != nil {
 		return nil
 	}
 	_, err = lc.pin(ctx, claim, results)

@@ -49,6 +49,16 @@ const (
 	attrUSBSerial  resourceapi.QualifiedName = "usbSerial"
 )
 
+// capShares is the capacity of a shared unit offered as one device
+// (KEP-5075, consumable capacity): the share slots its plugin has for
+// this driver's claims. A claim consumes one unless it asks for more.
+const capShares resourceapi.QualifiedName = "shares"
+
+// featureConsumableCapacity is the API server's feature gate that the
+// slice controller names when it dropped a device's
+// allowMultipleAllocations.
+const featureConsumableCapacity = "DRAConsumableCapacity"
+
 // claimed are the claims of a driver, for the publisher: a device held
 // by one of them stays in the slice.
 type claimed interface {
@@ -106,6 +116,28 @@ func (pb *publisher) refresh(ctx context.Context, claims claimed) {
 	}
 }
 
+// dropped hears that the API server dropped fields of a slice. When it
+// dropped a device's allowMultipleAllocations, it does not serve
+// consumable capacity (before 1.36, or DRAConsumableCapacity off): from
+// then on each shared unit is offered as one device per share, and the
+// poll is woken to publish that.
+func (pb *publisher) dropped(err *resourceslice.DroppedFieldsError) {
+	if !slices.Contains(err.DisabledFeatures(), featureConsumableCapacity) {
+		return
+	}
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if !pb.consumable {
+		return
+	}
+	pb.consumable = false
+	pb.log.Warn("the API server has no consumable capacity (" + featureConsumableCapacity + "): shared units are offered as one device per share")
+	select {
+	case pb.poke <- struct{}{}:
+	default:
+	}
+}
+
 // failed notes a failure of the slice controller to write the slices:
 // the driver is not ready until they are seen written.
 func (pb *publisher) failed(err error) {
@@ -127,8 +159,10 @@ func (pb *publisher) devices() int {
 // Devices of this driver's claims stay, as the scheduler counts them
 // allocated. A device this driver has offered before that its plugin now
 // calls unusable, or no longer reports at all, stays with a device taint
-// (taint) instead of vanishing, until it is usable again. Called with mu
-// held.
+// (taint) instead of vanishing, until it is usable again. A shared unit
+// is one device with consumable capacity (sharedDevice) while the API
+// server is taken to serve it (consumable), else one device per share.
+// Called with mu held.
 func (pb *publisher) offer(inv inventory.Inventory, answers [][]protocol.DeviceInfo, claims claimstate.Claims, now time.Time) []resourceapi.Device {
 	var out []resourceapi.Device
 	listed := map[string]bool{} // names offered or held by another caller
@@ -142,6 +176,18 @@ func (pb *publisher) offer(inv inventory.Inventory, answers [][]protocol.DeviceI
 			continue
 		}
 		listed[name] = true
+		if pb.consumable {
+			if _, share := inv.Unit[dev.Key]; share {
+				continue // one of its unit's share slots, which are the unit's capacity
+			}
+			if unit, ok := inv.Shared[dev.Key]; ok {
+				if sd, ok := sharedDevice(name, dev, unit, claims); ok {
+					pb.known[name] = sd
+					out = append(out, sd)
+				}
+				continue
+			}
+		}
 		if _, ours := claims[dev.HeldBy]; dev.HeldBy != "" && !ours {
 			continue
 		}
@@ -185,6 +231,36 @@ func (pb *publisher) offer(inv inventory.Inventory, answers [][]protocol.DeviceI
 		out = append(out, sd)
 	}
 	return out
+}
+
+// sharedDevice is a shared unit as one device that many claims may be
+// allocated at once (allowMultipleAllocations), its capacity capShares
+// the unit's shares less those held by request-ids that are not this
+// driver's claims (each such holder counts one). A claim consumes one
+// share unless it asks for more, up to the capacity: without a
+// requestPolicy the scheduler would give one claim the whole capacity.
+// A unit whose every share is held outside Kubernetes is not offered.
+func sharedDevice(name string, dev, unit protocol.DeviceInfo, claims claimstate.Claims) (resourceapi.Device, bool) {
+	free := int64(unit.Shares)
+	for _, h := range unit.Holders {
+		if _, ours := claims[h]; !ours {
+			free--
+		}
+	}
+	if free < 1 {
+		return resourceapi.Device{}, false
+	}
+	one := apiresource.NewQuantity(1, apiresource.DecimalSI)
+	policy := &resourceapi.CapacityRequestPolicy{Default: one, ValidRange: &resourceapi.CapacityRequestPolicyRange{
+		Min: one, Max: apiresource.NewQuantity(free, apiresource.DecimalSI)}}
+	if free > 1 { // min + step must fit the capacity
+		policy.ValidRange.Step = apiresource.NewQuantity(1, apiresource.DecimalSI)
+	}
+	multiple := true
+	return resourceapi.Device{Name: name, Attributes: attributes(dev), AllowMultipleAllocations: &multiple,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			capShares: {Value: *apiresource.NewQuantity(free, apiresource.DecimalSI), RequestPolicy: policy},
+		}}, true
 }
 
 // unhealthy is why a published device is unusable, and since when.

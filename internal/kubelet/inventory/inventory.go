@@ -37,6 +37,11 @@ type Inventory struct {
 	// Unit maps the key of each share device but the first of a shared
 	// unit (ShareKey) to the unit's key, which a pinned ADD names (Units).
 	Unit map[string]string
+	// Shared are the shared units' own DEVICES entries (shares and
+	// holders), by key, the first config's: the DRA mode offers such a
+	// unit as one device of N shares where the API server has consumable
+	// capacity.
+	Shared map[string]protocol.DeviceInfo
 }
 
 // ShareKey is the key of share device i > 0 of a unit that several
@@ -122,6 +127,12 @@ func Merge(answers [][]protocol.DeviceInfo) Inventory {
 	seen := map[string]bool{}
 	for i, devs := range answers {
 		for _, d := range devs {
+			if _, ok := inv.Shared[d.Key]; d.Shares > 1 && !ok {
+				if inv.Shared == nil {
+					inv.Shared = map[string]protocol.DeviceInfo{}
+				}
+				inv.Shared[d.Key] = d
+			}
 			for s := 1; s < d.Shares; s++ {
 				if inv.Unit == nil {
 					inv.Unit = map[string]string{}

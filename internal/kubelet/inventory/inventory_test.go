@@ -165,3 +165,23 @@ func TestConfigsSpec(t *testing.T) {
 		t.Errorf("a config without cdi_spec: %v", err)
 	}
 }
+
+// TestMergeShared: a shared unit's own entry is kept by key, the first
+// config's, beside its share devices; an unshared device has none.
+func TestMergeShared(t *testing.T) {
+	inv := Merge([][]protocol.DeviceInfo{
+		{{Key: "kvm", Usable: true, Shares: 3, Holders: []string{"x"}}, {Key: "tty1", Usable: true}},
+		{{Key: "kvm", Usable: true, Shares: 3, Holders: []string{"y"}}},
+	})
+	kvm, ok := inv.Shared["kvm"]
+	if !ok || kvm.Shares != 3 || !slices.Equal(kvm.Holders, []string{"x"}) || len(inv.Shared) != 1 {
+		t.Fatalf("shared units %+v", inv.Shared)
+	}
+	var keys []string
+	for _, d := range inv.Devices {
+		keys = append(keys, d.Key)
+	}
+	if !slices.Equal(keys, []string{"kvm", "kvm-s1", "kvm-s2", "tty1"}) {
+		t.Fatalf("devices %v", keys)
+	}
+}
