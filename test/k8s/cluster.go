@@ -61,6 +61,62 @@ func StartCluster(t *testing.T) *Cluster {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
+	if err := c.startControlPlane(ctx, controlPlane{}); err != nil {
+		return err
+	}
+	kc, err := c.kubeconfig("kubelet-client", "system:node:"+NodeName, "system:nodes")
+	if err != nil {
+		return err
+	}
+	if err := c.Node.start(ctx, kc); err != nil {
+		return err
+	}
+	return c.waitReady(ctx)
+}
+
+// controlPlane is what a test changes in how the control plane runs;
+// the zero value is the one make e2e-cluster runs.
+type controlPlane struct {
+	// apiServerArgs are more flags of kube-apiserver (an audit log).
+	apiServerArgs []string
+	// controllers is kube-controller-manager's --controllers, "" for
+	// its default.
+	controllers string
+}
+
+// StartControlPlane starts a control plane with no node of this
+// machine, as StartCluster does, with the changes of cp: no kubelet and
+// no containerd run. It skips t when this machine cannot run one.
+func StartControlPlane(t *testing.T, cp controlPlane) *Cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the API server listens on 127.0.0.1:443, and the test makes cgroups and device nodes")
+	}
+	for _, name := range []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager"} {
+		if _, err := os.Stat(filepath.Join(tools(), name)); err != nil {
+			t.Fatalf("%s is not built: run test/k8s/build-tools.sh (make bench-scale does): %v", name, err)
+		}
+	}
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Fatal("etcd is not installed: apt-get install etcd-server (test/k8s/build-tools.sh does, as root)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:443")
+	if err != nil {
+		t.Skipf("127.0.0.1:443 is taken (%v): the API server must listen on the kubernetes Service's address", err)
+	}
+	l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	c := &Cluster{Node: newHostNode(t, false)}
+	if err := c.startControlPlane(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startControlPlane starts etcd, the API server, the scheduler and the
+// controller-manager, and waits until the API server is ready.
+func (c *Cluster) startControlPlane(ctx context.Context, cp controlPlane) error {
 	dir := filepath.Join(c.Dir, "control-plane")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -76,7 +132,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if len(gates) > 0 {
 		c.gates = "--feature-gates=" + gateFlag(gates)
 	}
-	if err := c.startAPIServer(ctx, dir, etcd); err != nil {
+	if err := c.startAPIServer(ctx, dir, etcd, cp.apiServerArgs); err != nil {
 		return err
 	}
 	for _, comp := range []struct{ name, user string }{
@@ -96,17 +152,13 @@ func (c *Cluster) start(ctx context.Context) error {
 			// bootstrap roles made for it (system:controller:*).
 			args = append(args, "--use-service-account-credentials", "--root-ca-file", c.pki.CA(),
 				"--service-account-private-key-file", filepath.Join(c.pki.dir, "sa.key"))
+			if cp.controllers != "" {
+				args = append(args, "--controllers", cp.controllers)
+			}
 		}
 		c.Spawn(comp.name, filepath.Join(tools(), comp.name), args, nil)
 	}
-	kc, err := c.kubeconfig("kubelet-client", "system:node:"+NodeName, "system:nodes")
-	if err != nil {
-		return err
-	}
-	if err := c.Node.start(ctx, kc); err != nil {
-		return err
-	}
-	return c.waitReady(ctx)
+	return nil
 }
 
 // startEtcd starts etcd on two free ports and returns its client URL.
@@ -140,7 +192,7 @@ func (c *Cluster) startEtcd(ctx context.Context, dir string) (string, error) {
 	}, d)
 }
 
-func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
+func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string, more []string) error {
 	p := c.pki
 	lo := []net.IP{net.IPv4(127, 0, 0, 1)}
 	crt, key, err := p.issue("apiserver", "kube-apiserver", nil, lo,
@@ -172,6 +224,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
 	if c.gates != "" {
 		args = append(args, c.gates)
 	}
+	args = append(args, more...)
 	d := c.Spawn("kube-apiserver", filepath.Join(tools(), "kube-apiserver"), args, []string{
 		// busybox's wget, which tests run in pods, sends no signature
 		// algorithms, so TLS 1.2 falls back to SHA-1 signatures, which Go
