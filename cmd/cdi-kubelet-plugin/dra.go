@@ -71,7 +71,6 @@ func draFlags(e env, api *apiClient) (*flag.FlagSet, *dra.Options, *observabilit
 	fs.DurationVar(&opt.StaleInterval, "stale-interval", dra.DefaultStaleInterval, "how often prepared claims are looked up")
 	fs.DurationVar(&opt.StaleGrace, "stale-grace", dra.DefaultStaleGrace, "how long a prepared claim's ResourceClaim must be gone before it is freed")
 	fs.BoolVar(&opt.ClaimStatus, "claim-status", true, "write each prepared claim's status.devices: a Ready condition and the device's key, nodes, PCI address, UUID and NUMA node (KEP-4817)")
-	fs.BoolVar(&opt.PrepareAhead, "prepare-ahead", true, "prepare each claim when the scheduler allocates it devices on this node, before the kubelet asks; the driver lists and watches every ResourceClaim of the cluster")
 	fs.BoolVar(&opt.DeviceMetadata, "device-metadata", true, "mount each prepared device's attributes into its containers under /var/run/kubernetes.io/dra-device-attributes/ (KEP-5304)")
 	opt.TaintEffect = resourceapi.DeviceTaintEffectNoSchedule
 	fs.Func("taint-effect", "`EFFECT` of the taint of unusable devices: NoSchedule (default) or NoExecute, which evicts the pods using them", func(v string) error {

@@ -140,6 +140,30 @@ func (c *Config) Path(o Owner, requestID string) string {
 	return filepath.Join(c.Dir, c.prefix()+requestID+o.suffix())
 }
 
+// Written reports whether the config's directory holds a spec file of
+// requestID, whichever store or driver wrote it: the files that define
+// the request's CDI devices of this kind. A directory that is not there
+// holds none.
+func (c *Config) Written(requestID string) (bool, error) {
+	if err := validID(requestID); err != nil {
+		return false, err
+	}
+	entries, err := os.ReadDir(c.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("cdi spec dir: %w", err)
+	}
+	prefix := c.prefix() + requestID + "_"
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) && strings.HasSuffix(e.Name(), ".json") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // QualifiedName is the name runtimes inject the request's device by.
 func (c *Config) QualifiedName(requestID string) string {
 	return c.Kind + "=" + DeviceName(requestID)

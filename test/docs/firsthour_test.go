@@ -117,6 +117,36 @@ func TestOperationsKubectlExec(t *testing.T) {
 			t.Errorf("the driver's container no longer sets %s, which cdictl there needs", v)
 		}
 	}
+	// The worked example's output is cdictl's: each table's header is the
+	// one the command prints (its columns without the wide ones, "+..."),
+	// and the note on stderr is the one it writes for the image's /host.
+	lines := map[string]bool{}
+	for line := range strings.Lines(ops) {
+		lines[strings.Join(strings.Fields(line), " ")] = true
+	}
+	report := regexp.MustCompile(`a\.report\("([^"]+)"`)
+	for _, src := range []string{"cmd/cdictl/ls.go", "cmd/cdictl/devices.go"} {
+		m := report.FindStringSubmatch(read(src))
+		if m == nil {
+			t.Fatalf("%s prints no table (a.report)", src)
+		}
+		var cols []string
+		for _, c := range strings.Split(m[1], `\t`) {
+			if !strings.HasPrefix(c, "+") {
+				cols = append(cols, c)
+			}
+		}
+		if header := strings.Join(cols, " "); !lines[header] {
+			t.Errorf("docs/operations.md's worked example lacks the table header of %s: %q", src, header)
+		}
+	}
+	note := "no PCI ids database (pci.ids) under %s: showing ids only"
+	if !strings.Contains(read("cmd/cdictl/devices.go"), note) {
+		t.Errorf("cdictl devices no longer notes %q: fix docs/operations.md", note)
+	}
+	if want := "cdictl: " + strings.Replace(note, "%s", "/host", 1); !strings.Contains(ops, want) || !strings.Contains(ds, "value: /host\n") {
+		t.Errorf("docs/operations.md lacks cdictl's note %q for the driver's CDI_HOST_ROOT, /host", want)
+	}
 }
 
 // Each plugin's args are listed once, all of them, in the arg table of its

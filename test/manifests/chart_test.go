@@ -312,22 +312,30 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("a surge without --pod-uid: %+v", ru)
 		}
 	})
-	t.Run("no prepare ahead", func(t *testing.T) {
-		for _, tc := range []struct {
-			values []string
-			arg    string
-			verbs  []string
-		}{
-			{nil, "--prepare-ahead=true", []string{"get", "list", "watch"}},
-			{[]string{"dra.prepareAhead=false"}, "--prepare-ahead=false", []string{"get"}},
-		} {
-			objs := rendering(t, tc.values...)
-			if args := container(t, objs).Args; !slices.Contains(args, tc.arg) {
-				t.Errorf("%v: args %q, want %s", tc.values, args, tc.arg)
+	// A node's agent reads only what is scoped to its node: whatever the
+	// mode, no role lets it list or watch anything that grows with the
+	// cluster. Its own ResourceSlices are the one kind it lists and
+	// watches, by a field selector on its node (docs/kubernetes.md#what-the-driver-reads).
+	t.Run("node-scoped reads", func(t *testing.T) {
+		for _, values := range [][]string{nil, {"mode=device-plugin"}, {"mode=both"}} {
+			objs := rendering(t, values...)
+			var rules []rbacv1.PolicyRule
+			for _, r := range findAll[*rbacv1.ClusterRole](objs) {
+				rules = append(rules, r.Rules...)
 			}
-			for _, r := range find[*rbacv1.ClusterRole](t, objs).Rules {
-				if slices.Equal(r.Resources, []string{"resourceclaims"}) && !slices.Equal(r.Verbs, tc.verbs) {
-					t.Errorf("%v: resourceclaims %q, want %q", tc.values, r.Verbs, tc.verbs)
+			for _, r := range findAll[*rbacv1.Role](objs) {
+				rules = append(rules, r.Rules...)
+			}
+			if values == nil && len(rules) == 0 {
+				t.Fatal("the dra mode renders no role")
+			}
+			for _, r := range rules {
+				wide := slices.ContainsFunc(r.Verbs, func(v string) bool { return v == "list" || v == "watch" || v == "*" })
+				if !wide {
+					continue
+				}
+				if !slices.Equal(r.Resources, []string{"resourceslices"}) || !slices.Equal(r.APIGroups, []string{"resource.k8s.io"}) {
+					t.Errorf("%v: the rule %v %v %v lists or watches what grows with the cluster", values, r.APIGroups, r.Resources, r.Verbs)
 				}
 			}
 		}
@@ -418,7 +426,7 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"types.tty.config.type=serial"}, "types.tty.config.type"},
 		{[]string{"logging.format=xml"}, "/logging/format"},
 		{[]string{"dra.taintEffect=Evict"}, "/dra/taintEffect"},
-		{[]string{"dra.prepareAhead=yes"}, "/dra/prepareAhead"},
+		{[]string{"dra.prepareAhead=true"}, "prepareAhead"},
 		{[]string{"metrics.port=0"}, "/metrics/port"},
 		{[]string{"hostPaths.kubeletDir=var/lib/kubelet"}, "/hostPaths/kubeletDir"},
 		{[]string{"loging.format=json"}, "loging"},

@@ -121,15 +121,21 @@ func TestStrict(t *testing.T) {
 	}
 }
 
-// find returns the one object of type T in objs.
-func find[T any](t *testing.T, objs []Object) T {
-	t.Helper()
+// findAll returns the objects of type T in objs.
+func findAll[T any](objs []Object) []T {
 	var found []T
 	for _, o := range objs {
 		if v, ok := o.Obj.(T); ok {
 			found = append(found, v)
 		}
 	}
+	return found
+}
+
+// find returns the one object of type T in objs.
+func find[T any](t *testing.T, objs []Object) T {
+	t.Helper()
+	found := findAll[T](objs)
 	if len(found) != 1 {
 		t.Fatalf("%d objects of type %T, want one", len(found), *new(T))
 	}
@@ -188,8 +194,8 @@ func TestDRADeployment(t *testing.T) {
 		"[resource.k8s.io] [resourceslices] [list watch create update delete]",
 		"[resource.k8s.io] [resourceclaims/status] [patch]",
 		"[resource.k8s.io] [resourceclaims/driver] [associated-node:patch associated-node:update]",
-		// list and watch: claims are prepared ahead (dra.prepareAhead).
-		"[resource.k8s.io] [resourceclaims] [get list watch]",
+		// By name only: a node's driver never lists or watches claims.
+		"[resource.k8s.io] [resourceclaims] [get]",
 		"[] [nodes] [get]",
 		"[events.k8s.io] [events] [create patch]",
 	}

@@ -51,8 +51,14 @@ type Claim struct {
 	// AdminKeys are the devices allocated with admin access: the driver
 	// wrote their CDI spec itself, and no plugin holds them for the claim.
 	AdminKeys []string `json:"adminKeys,omitempty"`
-	// CDIDevices are the CDI device ids the preparation returned.
+	// CDIDevices are the CDI device ids the preparation returned, all
+	// devices together.
 	CDIDevices []string `json:"cdiDevices,omitempty"`
+	// Devices are each device's CDI ids, by key (of Keys and AdminKeys):
+	// a prepare of a claim recorded as prepared is answered from them,
+	// without running a plugin. Records written before they were kept
+	// have none, and such a claim's prepare replays its ADD.
+	Devices map[string][]string `json:"devices,omitempty"`
 	// Prepared is false from before the first ADD until the claim's
 	// preparation has succeeded once.
 	Prepared bool      `json:"prepared"`

@@ -108,10 +108,6 @@ type Options struct {
 	// that mounts it into the containers under
 	// /var/run/kubernetes.io/dra-device-attributes/.
 	DeviceMetadata bool
-	// PrepareAhead prepares each claim when the scheduler allocates it
-	// devices of a driver on this node, before the kubelet asks (ahead.go):
-	// the drivers watch every ResourceClaim of the cluster.
-	PrepareAhead bool
 }
 
 // Plugin is the set of drivers of one node.
@@ -237,13 +233,6 @@ func (p *Plugin) Run(ctx context.Context) error {
 			defer wg.Done()
 			d.collectEvery(ctx, p.opt.StaleInterval)
 		}()
-	}
-	if p.opt.PrepareAhead && p.opt.Client != nil {
-		claims := claimInformer(p.opt.Client)
-		for _, d := range p.drivers {
-			wg.Go(func() { d.watchClaims(ctx, claims) })
-		}
-		wg.Go(func() { claims.RunWithContext(ctx) })
 	}
 	<-ctx.Done()
 	p.stop()

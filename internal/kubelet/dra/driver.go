@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	metadatav1alpha1 "k8s.io/dynamic-resource-allocation/api/metadata/v1alpha1"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -80,13 +80,6 @@ type driver struct {
 	unnamed   map[string]bool      // keys already warned about
 	preparing map[string]bool      // claim UIDs whose prepare runs (pin)
 	missing   map[string]time.Time // claim UID → first scan that found it gone
-	// ahead are the claims prepared ahead that the kubelet has not asked
-	// for yet, by UID; unprepared the UIDs of claims the kubelet
-	// unprepared, not to be prepared ahead again; claims the informer's
-	// store, nil when claims are not prepared ahead (ahead.go).
-	ahead      map[string]aheadClaim
-	unprepared map[string]bool
-	claims     cache.Indexer
 	// known are the devices ever offered, by name, as last offered
 	// untainted; unhealthy those of them now unusable or gone.
 	known     map[string]resourceapi.Device
@@ -123,7 +116,6 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 		regSock:   reg, draSock: dra,
 		poller:  inventory.NewPoller(opt.Caller, confs, opt.Log.With("driver", name)),
 		unnamed: map[string]bool{}, preparing: map[string]bool{}, missing: map[string]time.Time{},
-		ahead: map[string]aheadClaim{}, unprepared: map[string]bool{},
 		known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{}, changed: make(chan struct{}),
 	}, nil
 }
@@ -159,7 +151,10 @@ func (d *driver) start(ctx context.Context, opt Options, fatal func(error)) erro
 	}
 	if d.metadata {
 		opts = append(opts,
-			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			// Every version the library has, oldest first: KubeVirt
+			// decodes only v1alpha1 objects of the stream, newer readers
+			// v1beta1.
+			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1alpha1.SchemeGroupVersion, metadatav1beta1.SchemeGroupVersion}),
 			kubeletplugin.MetadataFileOps(kubeletplugin.MetadataFileOperations{WriteFile: writeMetadataFile}),
 			kubeletplugin.CDIDirectory(opt.CDISpecDir))
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -59,11 +61,8 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	keys, adminKeys := splitKeys(results)
 	var cdi map[string][]string
-	ahead := false // prepared ahead (ahead.go): no second ADD, its status written then
 	if err == nil {
-		if cdi, ahead = d.takeAhead(ctx, string(claim.UID), keys, adminKeys); !ahead {
-			cdi, err = d.pin(ctx, claim, results)
-		}
+		cdi, err = d.pin(ctx, claim, results)
 	}
 	d.metrics.Prepared(d.name, err, time.Since(start))
 	took := time.Since(start).Round(time.Millisecond)
@@ -84,7 +83,7 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 		res.Devices = append(res.Devices, dev)
 	}
-	if d.status != nil && !ahead {
+	if d.status != nil {
 		d.status.set(claimStatus{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: d.deviceStatuses(results, infos)})
 	}
 	return res
@@ -165,6 +164,9 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 	if err := sameDevices(before, keys, adminKeys); err != nil {
 		return nil, err
 	}
+	if cdi, ok := d.answered(uid, before); ok {
+		return cdi, nil
+	}
 	d.mu.Lock()
 	d.preparing[uid] = true
 	d.mu.Unlock()
@@ -199,6 +201,52 @@ func (d *driver) pin(ctx context.Context, claim *resourceapi.ResourceClaim, resu
 	return cdi, nil
 }
 
+// answered returns the CDI ids of a claim recorded as prepared, by key,
+// when the record has every device's and the spec files that define them
+// are there: a kubelet that prepares again after it restarted, a retry,
+// or the second pod of a shared claim is answered from the record, as the
+// first prepare answered, without running a plugin. A claim whose spec
+// files are gone (a reboot emptied /var/run/cdi, whose device numbers may
+// have changed) replays its ADD instead, which writes them anew.
+func (d *driver) answered(uid string, rec claimstate.Claim) (map[string][]string, bool) {
+	if !rec.Prepared {
+		return nil, false
+	}
+	for _, k := range append(slices.Clone(rec.Keys), rec.AdminKeys...) {
+		if len(rec.Devices[k]) == 0 {
+			return nil, false
+		}
+	}
+	if !d.specsWritten(uid, rec) {
+		return nil, false
+	}
+	return maps.Clone(rec.Devices), true
+}
+
+// specsWritten reports whether every CDI id recorded for a claim has a
+// spec file of the claim in its kind's directory (a cdi_spec of one of
+// the type's configs).
+func (d *driver) specsWritten(uid string, rec claimstate.Claim) bool {
+	kinds := map[string]bool{}
+	for _, ids := range rec.Devices {
+		for _, id := range ids {
+			kind, _, _ := strings.Cut(id, "=")
+			kinds[kind] = true
+		}
+	}
+	for _, conf := range d.confs {
+		spec, err := specOf(conf)
+		if err != nil || !kinds[spec.Kind] {
+			continue
+		}
+		if ok, err := spec.Written(uid); err != nil || !ok {
+			return false
+		}
+		delete(kinds, spec.Kind)
+	}
+	return len(kinds) == 0
+}
+
 // sameDevices refuses to prepare a recorded claim for other devices than
 // it holds.
 func sameDevices(rec claimstate.Claim, keys, adminKeys []string) error {
@@ -228,7 +276,11 @@ func (d *driver) record(ctx context.Context, claim *resourceapi.ResourceClaim, k
 		if c.UID == "" {
 			c = claimstate.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Keys: keys, AdminKeys: adminKeys, Since: time.Now().UTC()}
 		}
-		c.Prepared, c.CDIDevices = true, all
+		devices := make(map[string][]string, len(keys)+len(adminKeys))
+		for _, k := range append(slices.Clone(keys), adminKeys...) {
+			devices[k] = cdi[k]
+		}
+		c.Prepared, c.CDIDevices, c.Devices = true, all, devices
 		cs[uid] = c
 		return nil
 	})
@@ -294,7 +346,6 @@ func (d *driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject
 	var held bool
 	err := checkUID(string(c.UID))
 	if err == nil {
-		d.unpreparedByKubelet(c.Namespace, c.Name, string(c.UID))
 		held, err = d.release(ctx, string(c.UID))
 	}
 	d.metrics.Unprepared(d.name, err, time.Since(start))
@@ -326,8 +377,7 @@ func checkUID(uid string) error {
 // claim's record says it holds nothing there (admin access only), removes
 // the driver's own spec of its admin-access devices, then drops the
 // claim's record. When that fails, the record stays, so that a retry or
-// the stale-claim collector tries again. A claim freed is no longer
-// prepared ahead. held reports whether any plugin held something under
+// the stale-claim collector tries again. held reports whether any plugin held something under
 // uid.
 func (d *driver) release(ctx context.Context, uid string) (held bool, err error) {
 	claims, err := d.state.Read(ctx)
@@ -350,10 +400,5 @@ func (d *driver) release(ctx context.Context, uid string) (held bool, err error)
 		delete(cs, uid)
 		return nil
 	})
-	if err == nil {
-		d.mu.Lock()
-		delete(d.ahead, uid)
-		d.mu.Unlock()
-	}
 	return held, err
 }

@@ -1,9 +1,11 @@
 package dra
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metadatav1alpha1 "k8s.io/dynamic-resource-allocation/api/metadata/v1alpha1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
@@ -154,6 +157,28 @@ func TestDeviceMetadata(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the metadata file lacks %s:\n%s", want, b)
 		}
+	}
+	// KubeVirt decodes only the stream's v1alpha1 object, and wants
+	// exactly one device in the request, with its full PCI bus id.
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var alpha []metadatav1alpha1.DeviceMetadata
+	for {
+		var obj metadatav1alpha1.DeviceMetadata
+		if err := dec.Decode(&obj); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("the metadata stream: %v\n%s", err, b)
+		}
+		if obj.APIVersion == metadatav1alpha1.SchemeGroupVersion.String() {
+			alpha = append(alpha, obj)
+		}
+	}
+	if len(alpha) != 1 || len(alpha[0].Requests) != 1 || len(alpha[0].Requests[0].Devices) != 1 {
+		t.Fatalf("the metadata stream holds %d v1alpha1 objects, want one of one request of one device:\n%s", len(alpha), b)
+	}
+	bus := alpha[0].Requests[0].Devices[0].Attributes["resource.kubernetes.io/pciBusID"]
+	if bus.StringValue == nil || *bus.StringValue != "0000:11:00.0" {
+		t.Errorf("the v1alpha1 device's pciBusID is %v, want 0000:11:00.0", bus.StringValue)
 	}
 	if r := n.unprepare(gpuDriver, c); r.Error != "" {
 		t.Fatal(r.Error)

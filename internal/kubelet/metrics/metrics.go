@@ -1,6 +1,6 @@
 // Package metrics holds the Prometheus metrics of cdi-kubelet-plugin, in
 // a registry of their own: claims prepared and unprepared, every plugin
-// run, the devices published, claims prepared ahead, claims and
+// run, the devices published, claims and
 // allocations freed, and failed polls. All names start with cdi_exec_; docs/operations.md lists them.
 package metrics
 
@@ -20,14 +20,6 @@ const (
 	ResultError   = "error"
 )
 
-// What became of claims prepared ahead (PreparedAhead).
-const (
-	AheadPrepared = "prepared" // prepared before the kubelet asked
-	AheadFailed   = "failed"   // the prepare ahead failed; the kubelet's tries again
-	AheadUsed     = "used"     // the kubelet's prepare answered what was prepared ahead
-	AheadFreed    = "freed"    // freed unasked: the allocation went first
-)
-
 // Health of a published device.
 const (
 	Healthy   = "healthy"
@@ -45,7 +37,6 @@ type Metrics struct {
 	pluginRun         *prometheus.HistogramVec
 	published         *prometheus.GaugeVec
 	staleFreed        *prometheus.CounterVec
-	ahead             *prometheus.CounterVec
 	gcFrees           *prometheus.CounterVec
 	pollErrors        *prometheus.CounterVec
 }
@@ -89,10 +80,6 @@ func New() *Metrics {
 			Name: "cdi_exec_stale_claims_freed_total",
 			Help: "Prepared claims a DRA driver freed because their ResourceClaim was gone.",
 		}, []string{"driver"}),
-		ahead: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cdi_exec_prepare_ahead_total",
-			Help: "ResourceClaims a DRA driver prepared before the kubelet asked, by what became of them: prepared, failed, used (by the kubelet's prepare) or freed (unasked, their allocation gone).",
-		}, []string{"driver", "event"}),
 		gcFrees: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cdi_exec_device_plugin_gc_frees_total",
 			Help: "Allocations that held devices and that the device-plugin mode freed because the kubelet no longer listed them.",
@@ -106,7 +93,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.prepare, m.prepareDuration, m.unprepare, m.unprepareDuration, m.pluginRun,
-		m.published, m.staleFreed, m.ahead, m.gcFrees, m.pollErrors,
+		m.published, m.staleFreed, m.gcFrees, m.pollErrors,
 	)
 	return m
 }
@@ -154,10 +141,6 @@ func (m *Metrics) Published(driver string, healthy, unhealthy int) {
 
 // StaleClaimFreed counts a stale claim a driver freed.
 func (m *Metrics) StaleClaimFreed(driver string) { m.staleFreed.WithLabelValues(driver).Inc() }
-
-// PreparedAhead counts an event of a claim prepared ahead: AheadPrepared,
-// AheadFailed, AheadUsed or AheadFreed.
-func (m *Metrics) PreparedAhead(driver, event string) { m.ahead.WithLabelValues(driver, event).Inc() }
 
 // GCFreed counts an allocation the device-plugin mode's garbage collector
 // freed for resource (one that still held devices).

@@ -21,7 +21,6 @@ func TestNamesAndLabels(t *testing.T) {
 	m.ObservePluginRun("generic-tty", "ADD", 103, 30*time.Millisecond)
 	m.Published("cdi-exec.io/tty", 6, 1)
 	m.StaleClaimFreed("tty.cdi-exec.io")
-	m.PreparedAhead("tty.cdi-exec.io", AheadUsed)
 	m.GCFreed("cdi-exec.io/tty")
 	m.PollFailed("gpu.cdi-exec.io")
 
@@ -46,7 +45,6 @@ func TestNamesAndLabels(t *testing.T) {
 		`cdi_exec_published_devices{driver="cdi-exec.io/tty",health="healthy"} 6`,
 		`cdi_exec_published_devices{driver="cdi-exec.io/tty",health="unhealthy"} 1`,
 		`cdi_exec_stale_claims_freed_total{driver="tty.cdi-exec.io"} 1`,
-		`cdi_exec_prepare_ahead_total{driver="tty.cdi-exec.io",event="used"} 1`,
 		`cdi_exec_device_plugin_gc_frees_total{resource="cdi-exec.io/tty"} 1`,
 		`cdi_exec_poll_errors_total{driver="gpu.cdi-exec.io"} 1`,
 		"\ngo_goroutines ",
