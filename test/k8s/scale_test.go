@@ -3,9 +3,9 @@
 package k8se2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -230,7 +230,7 @@ func adminClientset(t *testing.T, c *Cluster) kubernetes.Interface {
 }
 
 // parallel runs f(0) ... f(n-1), workers at a time, and returns the
-// errors joined.
+// first error (by i) and how many there were.
 func parallel(n, workers int, f func(i int) error) error {
 	errs := make([]error, n)
 	next := make(chan int)
@@ -247,7 +247,18 @@ func parallel(n, workers int, f func(i int) error) error {
 	}
 	close(next)
 	wg.Wait()
-	return errors.Join(errs...)
+	var first error
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if failed > 1 {
+		return fmt.Errorf("%w (and %d more errors)", first, failed-1)
+	}
+	return first
 }
 
 // setUp makes the namespaces, the drivers' role and binding, the device
@@ -586,6 +597,7 @@ func (s *scale) startDrivers(ctx context.Context, t *testing.T, bin string) publ
 		start := time.Now()
 		d, err := spawn(s.c.cg, s.c.logDir(), "driver-"+node, filepath.Join(bin, "cdi-kubelet-plugin"), preps[i].args, preps[i].env)
 		if err != nil {
+			cancel() // the others stop waiting
 			return err
 		}
 		mu.Lock()
@@ -593,6 +605,7 @@ func (s *scale) startDrivers(ctx context.Context, t *testing.T, bin string) publ
 		mu.Unlock()
 		at, err := s.slices.waitPublished(ctx, node, want, d)
 		if err != nil {
+			cancel()
 			return err
 		}
 		mu.Lock()
