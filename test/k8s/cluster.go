@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,9 @@ type Cluster struct {
 	// gates is the control plane's --feature-gates flag (featureGates),
 	// "" when the release needs none.
 	gates string
+	// server is the API server's address: Server, but for a control
+	// plane that no node of this machine joins (StartControlPlane).
+	server string
 }
 
 // Server is the API server's address, the kubernetes Service's too.
@@ -53,7 +57,7 @@ func StartCluster(t *testing.T) *Cluster {
 	l.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	c := &Cluster{Node: newNode(t)}
+	c := &Cluster{Node: newNode(t), server: Server}
 	if err := c.start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +90,10 @@ type controlPlane struct {
 
 // StartControlPlane starts a control plane with no node of this
 // machine, as StartCluster does, with the changes of cp: no kubelet and
-// no containerd run. It skips t when this machine cannot run one.
+// no containerd run. With no pod to reach it at the kubernetes Service's
+// address, its API server listens on a free port of 127.0.0.1, so it
+// can run beside another test's cluster. It skips t when this machine
+// cannot run one.
 func StartControlPlane(t *testing.T, cp controlPlane) *Cluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -100,14 +107,13 @@ func StartControlPlane(t *testing.T, cp controlPlane) *Cluster {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Fatal("etcd is not installed: apt-get install etcd-server (test/k8s/build-tools.sh does, as root)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:443")
+	ports, err := freePorts(1)
 	if err != nil {
-		t.Skipf("127.0.0.1:443 is taken (%v): the API server must listen on the kubernetes Service's address", err)
+		t.Fatal(err)
 	}
-	l.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	c := &Cluster{Node: newHostNode(t, false)}
+	c := &Cluster{Node: newHostNode(t, false), server: fmt.Sprintf("https://127.0.0.1:%d", ports[0])}
 	if err := c.startControlPlane(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
@@ -208,9 +214,13 @@ func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string, more []s
 	if err != nil {
 		return err
 	}
+	u, err := url.Parse(c.server)
+	if err != nil {
+		return err
+	}
 	args := []string{
 		"--etcd-servers", etcd,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", "443",
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", u.Port(),
 		"--tls-cert-file", crt, "--tls-private-key-file", key, "--client-ca-file", p.CA(),
 		"--kubelet-client-certificate", kcrt, "--kubelet-client-key", kkey,
 		"--kubelet-certificate-authority", p.CA(),
@@ -238,11 +248,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string, more []s
 	if c.admin, err = newClient(p, adminCrt, adminKey); err != nil {
 		return err
 	}
-	if c.Kubeconfig, err = writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), p.CA(), adminCrt, adminKey); err != nil {
+	if c.Kubeconfig, err = writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), c.server, p.CA(), adminCrt, adminKey); err != nil {
 		return err
 	}
 	return waitFor(ctx, "the API server to be ready", func(ctx context.Context) error {
-		_, err := c.admin.get(ctx, Server+"/readyz")
+		_, err := c.admin.get(ctx, c.server+"/readyz")
 		return err
 	}, d)
 }
@@ -254,7 +264,7 @@ func (c *Cluster) kubeconfig(name, user string, groups ...string) (string, error
 	if err != nil {
 		return "", err
 	}
-	return writeKubeconfig(filepath.Join(c.Dir, "control-plane", name+".kubeconfig"), c.pki.CA(), crt, key)
+	return writeKubeconfig(filepath.Join(c.Dir, "control-plane", name+".kubeconfig"), c.server, c.pki.CA(), crt, key)
 }
 
 var kubeconfigTmpl = template.Must(template.New("").Parse(`apiVersion: v1
@@ -271,9 +281,9 @@ contexts:
 current-context: cdi-e2e
 `))
 
-func writeKubeconfig(path, ca, cert, key string) (string, error) {
+func writeKubeconfig(path, server, ca, cert, key string) (string, error) {
 	var b strings.Builder
-	err := kubeconfigTmpl.Execute(&b, map[string]string{"Server": Server, "CA": ca, "Cert": cert, "Key": key})
+	err := kubeconfigTmpl.Execute(&b, map[string]string{"Server": server, "CA": ca, "Cert": cert, "Key": key})
 	if err != nil {
 		return "", err
 	}
@@ -293,7 +303,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 				Conditions []struct{ Type, Status, Message string }
 			}
 		}
-		if err := c.admin.getJSON(ctx, Server+"/api/v1/nodes/"+NodeName, &node); err != nil {
+		if err := c.admin.getJSON(ctx, c.server+"/api/v1/nodes/"+NodeName, &node); err != nil {
 			return err
 		}
 		for _, t := range node.Spec.Taints {
@@ -310,25 +320,25 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		return err
 	}
 	return waitFor(ctx, "the default service account", func(ctx context.Context) error {
-		_, err := c.admin.get(ctx, Server+"/api/v1/namespaces/default/serviceaccounts/default")
+		_, err := c.admin.get(ctx, c.server+"/api/v1/namespaces/default/serviceaccounts/default")
 		return err
 	}, c.Kubelet)
 }
 
 // Get decodes the API object at path (such as /api/v1/nodes) into v.
 func (c *Cluster) Get(ctx context.Context, path string, v any) error {
-	return c.admin.getJSON(ctx, Server+path, v)
+	return c.admin.getJSON(ctx, c.server+path, v)
 }
 
 // Create posts a JSON object to the collection at path.
 func (c *Cluster) Create(ctx context.Context, path string, obj []byte) error {
-	_, err := c.admin.do(ctx, http.MethodPost, Server+path, obj)
+	_, err := c.admin.do(ctx, http.MethodPost, c.server+path, obj)
 	return err
 }
 
 // Delete deletes the API object at path.
 func (c *Cluster) Delete(ctx context.Context, path string) error {
-	_, err := c.admin.do(ctx, http.MethodDelete, Server+path, nil)
+	_, err := c.admin.do(ctx, http.MethodDelete, c.server+path, nil)
 	return err
 }
 
