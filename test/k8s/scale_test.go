@@ -163,6 +163,7 @@ func TestBenchScale(t *testing.T) {
 	s.poolAttrs = s.slices.pcieRoots()
 	r.sched = s.scheduling(ctx, t)
 	r.load += ", " + loadAverage(t) + " at the end"
+	r.logErrors, r.firstError = s.driverErrors(t)
 	t.Log("\n" + r.String())
 	if misses := r.misses(); len(misses) > 0 {
 		if os.Getenv("BENCH_SCALE_STRICT") == "1" {
@@ -942,4 +943,24 @@ func (s *scale) flatMemory(ctx context.Context, t *testing.T) flat {
 		f.rss = append(f.rss, st.rss)
 	}
 	return f
+}
+
+// driverErrors counts the error lines of the drivers' logs (slog's
+// level=ERROR, or a request the API server refused) and returns the
+// first.
+func (s *scale) driverErrors(t *testing.T) (n int, first string) {
+	t.Helper()
+	for _, sd := range s.drivers {
+		data, err := os.ReadFile(sd.d.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(data)) {
+			if strings.Contains(line, "level=ERROR") || strings.Contains(line, "forbidden") {
+				n++
+				first = cmp.Or(first, sd.node+": "+strings.TrimSpace(line))
+			}
+		}
+	}
+	return n, first
 }

@@ -37,6 +37,8 @@ type scaleReport struct {
 	watchBase    float64 // apiserver_longrunning_requests of claim WATCHes before the drivers
 	watchGauge   float64 // the same with the drivers and the tenant claims
 	sched        []schedPair
+	logErrors    int    // error lines in the drivers' logs
+	firstError   string // the first of them
 }
 
 // fquantile is the nearest-rank q-quantile of x.
@@ -169,6 +171,11 @@ func (r scaleReport) String() string {
 			fmt.Fprintf(&b, "; %d pairs across roots", p.crossRoots)
 		}
 		b.WriteString(".\n")
+	}
+	if r.logErrors > 0 {
+		fmt.Fprintf(&b, "The drivers' logs have %d error lines; the first: %s\n", r.logErrors, r.firstError)
+	} else {
+		b.WriteString("The drivers' logs have no error line.\n")
 	}
 	fmt.Fprintf(&b, "\nTargets\n\n| target | measured | | |\n|---|---|---|---|\n")
 	for _, c := range r.checks() {
