@@ -86,6 +86,9 @@ type controlPlane struct {
 	// controllers is kube-controller-manager's --controllers, "" for
 	// its default.
 	controllers string
+	// schedulerArgs are more flags of kube-scheduler (its client's
+	// request limits).
+	schedulerArgs []string
 }
 
 // StartControlPlane starts a control plane with no node of this
@@ -161,6 +164,8 @@ func (c *Cluster) startControlPlane(ctx context.Context, cp controlPlane) error 
 			if cp.controllers != "" {
 				args = append(args, "--controllers", cp.controllers)
 			}
+		} else {
+			args = append(args, cp.schedulerArgs...)
 		}
 		c.Spawn(comp.name, filepath.Join(tools(), comp.name), args, nil)
 	}

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -76,7 +77,7 @@ type driver struct {
 
 // run serves until ctx ends, then removes what it made.
 func (d *driver) run(ctx context.Context, node, kubeconfig, kubeletDir string, devices int) error {
-	client, err := newClient(kubeconfig)
+	client, err := newClient(kubeconfig, 1)
 	if err != nil {
 		return err
 	}
@@ -108,15 +109,16 @@ func (d *driver) run(ctx context.Context, node, kubeconfig, kubeletDir string, d
 	return nil
 }
 
-// newClient is a client of the kubeconfig's API server.
-func newClient(kubeconfig string) (kubernetes.Interface, error) {
+// newClient is a client of the kubeconfig's API server, with the limits
+// of as many drivers as nodes.
+func newClient(kubeconfig string, nodes int) (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	// The kubelet's limits, as cdi-kubelet-plugin's defaults: the helper
 	// GETs each claim before it calls prepare.
-	cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS, cfg.Burst = 50*float32(nodes), 100*nodes
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -137,29 +139,48 @@ func mockDevices(n int) []resourceapi.Device {
 // mock devices, in the node's pool and owned by its Node object, with
 // one ResourceSlice controller per node, as the kubelet plugin helper
 // publishes a node's; the slices stay when it stops, as the helper's do.
+// The controllers start at once: each waits at least a second for its
+// informer (resourceslice.StartController polls it every second), as
+// the nodes' own drivers would, each on its node.
 func (d *driver) publishOnly(ctx context.Context, nodes []string, kubeconfig string, devices int) error {
-	client, err := newClient(kubeconfig)
+	client, err := newClient(kubeconfig, len(nodes))
 	if err != nil {
 		return err
 	}
-	for _, name := range nodes {
-		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("node %s: %w", name, err)
-		}
-		c, err := resourceslice.StartController(ctx, resourceslice.Options{
-			DriverName: d.name,
-			KubeClient: client,
-			Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID},
-			Resources: &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-				name: {Slices: []resourceslice.Slice{{Devices: mockDevices(devices)}}},
-			}},
-			ErrorHandler: func(_ context.Context, err error, msg string) { d.log.Error(msg, "node", name, "err", err) },
+	controllers := make([]*resourceslice.Controller, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, name := range nodes {
+		wg.Go(func() {
+			node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				errs[i] = fmt.Errorf("node %s: %w", name, err)
+				return
+			}
+			controllers[i], err = resourceslice.StartController(ctx, resourceslice.Options{
+				DriverName: d.name,
+				KubeClient: client,
+				Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID},
+				Resources: &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+					name: {Slices: []resourceslice.Slice{{Devices: mockDevices(devices)}}},
+				}},
+				ErrorHandler: func(_ context.Context, err error, msg string) { d.log.Error(msg, "node", name, "err", err) },
+			})
+			if err != nil {
+				errs[i] = fmt.Errorf("publishing for %s: %w", name, err)
+			}
 		})
-		if err != nil {
-			return fmt.Errorf("publishing for %s: %w", name, err)
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range controllers {
+			if c != nil {
+				c.Stop()
+			}
 		}
-		defer c.Stop()
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	d.log.Info("publishing", "driver", d.name, "nodes", len(nodes), "devices", devices)
 	<-ctx.Done()
