@@ -692,7 +692,7 @@ func (s *scale) startFloor(ctx context.Context, t *testing.T, devices int) publi
 // children's, the plugins it ran) and its RSS.
 type procStat struct {
 	self, children time.Duration
-	rss            int64 // bytes
+	rss, anon      int64 // VmRSS and its RssAnon part, in bytes
 }
 
 // readProc reads /proc/<pid>/stat and status.
@@ -724,12 +724,14 @@ func readProc(pid int) (procStat, error) {
 		return st, err
 	}
 	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return st, fmt.Errorf("/proc/%d/status: %q", pid, line)
+		for key, to := range map[string]*int64{"VmRSS:": &st.rss, "RssAnon:": &st.anon} {
+			if v, ok := strings.CutPrefix(line, key); ok {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				if err != nil {
+					return st, fmt.Errorf("/proc/%d/status: %q", pid, line)
+				}
+				*to = kb << 10
 			}
-			st.rss = kb << 10
 		}
 	}
 	return st, nil
@@ -763,7 +765,7 @@ func (s *scale) daemons() []*daemon {
 // idle is what the drivers did in the idle minute, one entry a driver
 // (the floor's process last), rates scaled to a minute.
 type idle struct {
-	rss              []int64   // at its end
+	rss, anon        []int64   // at its end
 	cpu, cpuChildren []float64 // CPU-seconds a minute
 	requests         []float64 // API requests a minute, by the driver's user
 	byKind           map[string]int
@@ -788,11 +790,13 @@ func (s *scale) idleMinute(ctx context.Context, t *testing.T) idle {
 	var out idle
 	for i := range s.drivers {
 		out.rss = append(out.rss, after[i].rss)
+		out.anon = append(out.anon, after[i].anon)
 		out.cpu = append(out.cpu, (after[i].self-before[i].self).Seconds()*perMin)
 		out.cpuChildren = append(out.cpuChildren, (after[i].children-before[i].children).Seconds()*perMin)
 	}
 	fl := len(after) - 1
 	out.rss = append(out.rss, after[fl].rss)
+	out.anon = append(out.anon, after[fl].anon)
 	out.cpu = append(out.cpu, (after[fl].self-before[fl].self).Seconds()*perMin)
 	out.apiTotal = (reqAfter - reqBefore) * perMin
 	events := s.auditEvents(t)

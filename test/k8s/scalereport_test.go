@@ -135,8 +135,10 @@ func (r scaleReport) String() string {
 			p.ours.name, p.floor.name, p.oursRes.rate(), p.floorRes.rate(), p.oursRes.rate()/p.floorRes.rate(), note)
 	}
 	rss := floats(driversOf(r.idle.rss))
-	fmt.Fprintf(&b, "| RSS per driver, median / max | %s / %s | %s (one process, %d nodes) | |\n",
-		mib(fquantile(rss, .5)), mib(slices.Max(rss)), mib(float64(r.idle.rss[len(r.idle.rss)-1])), r.cfg.nodes)
+	anon := floats(driversOf(r.idle.anon))
+	fmt.Fprintf(&b, "| RSS per driver, median / max (its RssAnon: median / max) | %s / %s (%s / %s) | %s (%s; one process, %d nodes) | |\n",
+		mib(fquantile(rss, .5)), mib(slices.Max(rss)), mib(fquantile(anon, .5)), mib(slices.Max(anon)),
+		mib(float64(r.idle.rss[len(r.idle.rss)-1])), mib(float64(r.idle.anon[len(r.idle.anon)-1])), r.cfg.nodes)
 	cpu, plug := driversOf(r.idle.cpu), r.idle.cpuChildren
 	fmt.Fprintf(&b, "| CPU-seconds per idle minute per driver, median / max | %.2f / %.2f (its plugins: %.2f / %.2f) | %.2f (one process) | |\n",
 		fquantile(cpu, .5), slices.Max(cpu), fquantile(plug, .5), slices.Max(plug), r.idle.cpu[len(r.idle.cpu)-1])
@@ -202,8 +204,8 @@ func TestBenchMetricProc(t *testing.T) {
 			t.Fatal(err)
 		}
 		if after.self > before.self {
-			if after.rss < 1<<20 || after.rss > 1<<34 {
-				t.Errorf("RSS %d bytes", after.rss)
+			if after.rss < 1<<20 || after.rss > 1<<34 || after.anon <= 0 || after.anon > after.rss {
+				t.Errorf("RSS %d bytes, of them anonymous %d", after.rss, after.anon)
 			}
 			return
 		}
