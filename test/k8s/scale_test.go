@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -287,13 +288,11 @@ func (s *scale) setUp(ctx context.Context, t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range append(slices.Collect(func(yield func(string) bool) {
-		for _, sd := range scaleDrivers {
-			if !yield(sd.typ + ".cdi-exec.io") {
-				return
-			}
-		}
-	}), floorDriver) {
+	classes := []string{floorDriver}
+	for _, sd := range scaleDrivers {
+		classes = append(classes, sd.typ+".cdi-exec.io")
+	}
+	for _, d := range classes {
 		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
 			ObjectMeta: metav1.ObjectMeta{Name: d},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
@@ -459,13 +458,7 @@ func (n nodeDevices) total() int {
 
 func (n nodeDevices) String() string {
 	var parts []string
-	for _, d := range slices.Sorted(func(yield func(string) bool) {
-		for d := range n {
-			if !yield(d) {
-				return
-			}
-		}
-	}) {
+	for _, d := range slices.Sorted(maps.Keys(n)) {
 		parts = append(parts, fmt.Sprintf("%s %d", strings.TrimSuffix(d, ".cdi-exec.io"), n[d]))
 	}
 	return strings.Join(parts, ", ")

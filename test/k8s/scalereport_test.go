@@ -4,6 +4,7 @@ package k8se2e
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -153,13 +154,7 @@ func (r scaleReport) String() string {
 		r.watchBase, r.watchGauge)
 	fmt.Fprintf(&b, "apiserver_request_total over the idle minute, every client: %.0f a minute.\n", r.idle.apiTotal)
 	var kinds []string
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range r.idle.byKind {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(r.idle.byKind)) {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, r.idle.byKind[k]))
 	}
 	if len(kinds) == 0 {
