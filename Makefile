@@ -36,7 +36,7 @@ export CGO_ENABLED := 0
 GOFLAGS_BUILD := -trimpath -buildvcs=auto \
 	-ldflags "-s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)"
 
-.PHONY: all build plugins image chart install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s unit lint demo demo-k8s bench fuzz clean helm manifests vulncheck
+.PHONY: all build plugins image chart install install-conf uninstall deb test test-deb e2e-repeat e2e-node e2e-cluster bench-k8s bench-scale unit lint demo demo-k8s bench fuzz clean helm manifests vulncheck
 
 all: build
 
@@ -204,7 +204,21 @@ e2e-cluster: build
 BENCH_K8S_FLAGS ?=
 bench-k8s: build
 	./test/k8s/build-tools.sh
-	$(call guarded,$(E2E_TEST) -v -run ^TestBench $(BENCH_K8S_FLAGS) ./test/k8s/...)
+	$(call guarded,$(E2E_TEST) -v -run ^TestBench -skip ^TestBenchScale$$ $(BENCH_K8S_FLAGS) ./test/k8s/...)
+
+# A simulated cluster on one real control plane, with no kubelet
+# (docs/performance.md, "Scale"): BENCH_SCALE_NODES (100) nodes, each a
+# Node object and a cdi-kubelet-plugin dra process on a fixture host of
+# its own, as many nodes of the floor driver, and BENCH_SCALE_PODS (200)
+# pods a scheduling scenario; not run in CI. BENCH_SCALE_ROUNDS,
+# BENCH_SCALE_CLAIMS, BENCH_SCALE_IDLE_SECONDS, BENCH_SCALE_START and
+# BENCH_SCALE_DRIVER_FLAGS (from the environment) change the rest;
+# BENCH_SCALE_STRICT=1 fails on a missed target; BENCH_SCALE_FLAGS go to
+# go test.
+BENCH_SCALE_FLAGS ?=
+bench-scale: build
+	./test/k8s/build-tools.sh
+	$(call guarded,$(E2E_TEST) -v -run '^TestBench(Scale|Metric)' $(BENCH_SCALE_FLAGS) ./test/k8s/...)
 
 # make demo-k8s (as root): a one-node cluster of this machine from the
 # real-node tools (built once, cached), the image imported into its

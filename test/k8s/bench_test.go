@@ -540,7 +540,7 @@ func (c *Cluster) watchRunning(ctx context.Context, selector string) (<-chan pod
 	// which with Debian's etcd 3.4 (no progress notifications) takes an
 	// event in pods, and gives up after 3 s. The pods it watches are yet
 	// to be made, so a stale start misses nothing.
-	u := Server + "/api/v1/namespaces/default/pods?watch=1&resourceVersion=0&labelSelector=" + url.QueryEscape(selector)
+	u := c.server + "/api/v1/namespaces/default/pods?watch=1&resourceVersion=0&labelSelector=" + url.QueryEscape(selector)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err

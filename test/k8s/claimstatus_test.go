@@ -110,7 +110,7 @@ func entry(pool, device string) map[string]any {
 // later also check the node in the API server, which the RBAC here lets
 // through, so the policy is what refuses on every release).
 func TestClusterClaimStatusPolicy(t *testing.T) {
-	c := StartControlPlane(t)
+	c := StartAPIServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	objs := filepath.Join(t.TempDir(), "objects.yaml")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,9 @@ type Cluster struct {
 	// gates is the control plane's --feature-gates flag (featureGates),
 	// "" when the release needs none.
 	gates string
+	// server is the API server's address: Server, but for a control
+	// plane that no node of this machine joins (StartControlPlane).
+	server string
 }
 
 // Server is the API server's address, the kubernetes Service's too.
@@ -53,19 +57,20 @@ func StartCluster(t *testing.T) *Cluster {
 	l.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	c := &Cluster{Node: newNode(t)}
+	c := &Cluster{Node: newNode(t), server: Server}
 	if err := c.start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// StartControlPlane starts etcd and the API server alone, with no node
+// StartAPIServer starts etcd and the API server alone, with no node
 // joined and no scheduler or controllers: enough for what the API server
 // decides by itself (admission policies, authorization). Nothing runs
-// pods; objects are made and changed through the API. It skips t when
-// this machine cannot run them.
-func StartControlPlane(t *testing.T) *Cluster {
+// pods; objects are made and changed through the API. Its API server
+// listens on a free port of 127.0.0.1, so it can run beside another
+// test's cluster. It skips t when this machine cannot run them.
+func StartAPIServer(t *testing.T) *Cluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the daemons run in a cgroup of their own")
@@ -76,22 +81,82 @@ func StartControlPlane(t *testing.T) *Cluster {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Fatal("etcd is not installed: apt-get install etcd-server (test/k8s/build-tools.sh does, as root)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:443")
+	ports, err := freePorts(1)
 	if err != nil {
-		t.Skipf("127.0.0.1:443 is taken (%v): the API server must listen on the kubernetes Service's address", err)
+		t.Fatal(err)
 	}
-	l.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	c := &Cluster{Node: newNode(t)}
-	if err := c.startControlPlane(ctx); err != nil {
+	c := &Cluster{Node: newHostNode(t, false), server: fmt.Sprintf("https://127.0.0.1:%d", ports[0])}
+	if err := c.startAPI(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
 func (c *Cluster) start(ctx context.Context) error {
-	if err := c.startControlPlane(ctx); err != nil {
+	if err := c.startControlPlane(ctx, controlPlane{}); err != nil {
+		return err
+	}
+	kc, err := c.kubeconfig("kubelet-client", "system:node:"+NodeName, "system:nodes")
+	if err != nil {
+		return err
+	}
+	if err := c.Node.start(ctx, kc); err != nil {
+		return err
+	}
+	return c.waitReady(ctx)
+}
+
+// controlPlane is what a test changes in how the control plane runs;
+// the zero value is the one make e2e-cluster runs.
+type controlPlane struct {
+	// apiServerArgs are more flags of kube-apiserver (an audit log).
+	apiServerArgs []string
+	// controllers is kube-controller-manager's --controllers, "" for
+	// its default.
+	controllers string
+	// schedulerArgs are more flags of kube-scheduler (its client's
+	// request limits).
+	schedulerArgs []string
+}
+
+// StartControlPlane starts a control plane with no node of this
+// machine, as StartCluster does, with the changes of cp: no kubelet and
+// no containerd run. With no pod to reach it at the kubernetes Service's
+// address, its API server listens on a free port of 127.0.0.1, so it
+// can run beside another test's cluster. It skips t when this machine
+// cannot run one.
+func StartControlPlane(t *testing.T, cp controlPlane) *Cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the API server listens on 127.0.0.1:443, and the test makes cgroups and device nodes")
+	}
+	for _, name := range []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager"} {
+		if _, err := os.Stat(filepath.Join(tools(), name)); err != nil {
+			t.Fatalf("%s is not built: run test/k8s/build-tools.sh (make bench-scale does): %v", name, err)
+		}
+	}
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Fatal("etcd is not installed: apt-get install etcd-server (test/k8s/build-tools.sh does, as root)")
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	c := &Cluster{Node: newHostNode(t, false), server: fmt.Sprintf("https://127.0.0.1:%d", ports[0])}
+	if err := c.startControlPlane(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startControlPlane starts etcd, the API server, the scheduler and the
+// controller-manager, and waits until the API server is ready.
+func (c *Cluster) startControlPlane(ctx context.Context, cp controlPlane) error {
+	if err := c.startAPI(ctx, cp.apiServerArgs); err != nil {
 		return err
 	}
 	for _, comp := range []struct{ name, user string }{
@@ -111,22 +176,20 @@ func (c *Cluster) start(ctx context.Context) error {
 			// bootstrap roles made for it (system:controller:*).
 			args = append(args, "--use-service-account-credentials", "--root-ca-file", c.pki.CA(),
 				"--service-account-private-key-file", filepath.Join(c.pki.dir, "sa.key"))
+			if cp.controllers != "" {
+				args = append(args, "--controllers", cp.controllers)
+			}
+		} else {
+			args = append(args, cp.schedulerArgs...)
 		}
 		c.Spawn(comp.name, filepath.Join(tools(), comp.name), args, nil)
 	}
-	kc, err := c.kubeconfig("kubelet-client", "system:node:"+NodeName, "system:nodes")
-	if err != nil {
-		return err
-	}
-	if err := c.Node.start(ctx, kc); err != nil {
-		return err
-	}
-	return c.waitReady(ctx)
+	return nil
 }
 
-// startControlPlane starts etcd and the API server, with the feature
-// gates the release needs.
-func (c *Cluster) startControlPlane(ctx context.Context) error {
+// startAPI starts etcd and the API server, with the feature gates the
+// release needs and more of the API server's flags.
+func (c *Cluster) startAPI(ctx context.Context, more []string) error {
 	dir := filepath.Join(c.Dir, "control-plane")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -142,7 +205,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	if len(gates) > 0 {
 		c.gates = "--feature-gates=" + gateFlag(gates)
 	}
-	return c.startAPIServer(ctx, dir, etcd)
+	return c.startAPIServer(ctx, dir, etcd, more)
 }
 
 // startEtcd starts etcd on two free ports and returns its client URL.
@@ -176,7 +239,7 @@ func (c *Cluster) startEtcd(ctx context.Context, dir string) (string, error) {
 	}, d)
 }
 
-func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
+func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string, more []string) error {
 	p := c.pki
 	lo := []net.IP{net.IPv4(127, 0, 0, 1)}
 	crt, key, err := p.issue("apiserver", "kube-apiserver", nil, lo,
@@ -192,9 +255,13 @@ func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
 	if err != nil {
 		return err
 	}
+	u, err := url.Parse(c.server)
+	if err != nil {
+		return err
+	}
 	args := []string{
 		"--etcd-servers", etcd,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", "443",
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", u.Port(),
 		"--tls-cert-file", crt, "--tls-private-key-file", key, "--client-ca-file", p.CA(),
 		"--kubelet-client-certificate", kcrt, "--kubelet-client-key", kkey,
 		"--kubelet-certificate-authority", p.CA(),
@@ -208,6 +275,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
 	if c.gates != "" {
 		args = append(args, c.gates)
 	}
+	args = append(args, more...)
 	d := c.Spawn("kube-apiserver", filepath.Join(tools(), "kube-apiserver"), args, []string{
 		// busybox's wget, which tests run in pods, sends no signature
 		// algorithms, so TLS 1.2 falls back to SHA-1 signatures, which Go
@@ -221,11 +289,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, dir, etcd string) error {
 	if c.admin, err = newClient(p, adminCrt, adminKey); err != nil {
 		return err
 	}
-	if c.Kubeconfig, err = writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), p.CA(), adminCrt, adminKey); err != nil {
+	if c.Kubeconfig, err = writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), c.server, p.CA(), adminCrt, adminKey); err != nil {
 		return err
 	}
 	return waitFor(ctx, "the API server to be ready", func(ctx context.Context) error {
-		_, err := c.admin.get(ctx, Server+"/readyz")
+		_, err := c.admin.get(ctx, c.server+"/readyz")
 		return err
 	}, d)
 }
@@ -237,7 +305,7 @@ func (c *Cluster) kubeconfig(name, user string, groups ...string) (string, error
 	if err != nil {
 		return "", err
 	}
-	return writeKubeconfig(filepath.Join(c.Dir, "control-plane", name+".kubeconfig"), c.pki.CA(), crt, key)
+	return writeKubeconfig(filepath.Join(c.Dir, "control-plane", name+".kubeconfig"), c.server, c.pki.CA(), crt, key)
 }
 
 var kubeconfigTmpl = template.Must(template.New("").Parse(`apiVersion: v1
@@ -254,9 +322,9 @@ contexts:
 current-context: cdi-e2e
 `))
 
-func writeKubeconfig(path, ca, cert, key string) (string, error) {
+func writeKubeconfig(path, server, ca, cert, key string) (string, error) {
 	var b strings.Builder
-	err := kubeconfigTmpl.Execute(&b, map[string]string{"Server": Server, "CA": ca, "Cert": cert, "Key": key})
+	err := kubeconfigTmpl.Execute(&b, map[string]string{"Server": server, "CA": ca, "Cert": cert, "Key": key})
 	if err != nil {
 		return "", err
 	}
@@ -276,7 +344,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 				Conditions []struct{ Type, Status, Message string }
 			}
 		}
-		if err := c.admin.getJSON(ctx, Server+"/api/v1/nodes/"+NodeName, &node); err != nil {
+		if err := c.admin.getJSON(ctx, c.server+"/api/v1/nodes/"+NodeName, &node); err != nil {
 			return err
 		}
 		for _, t := range node.Spec.Taints {
@@ -293,25 +361,25 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		return err
 	}
 	return waitFor(ctx, "the default service account", func(ctx context.Context) error {
-		_, err := c.admin.get(ctx, Server+"/api/v1/namespaces/default/serviceaccounts/default")
+		_, err := c.admin.get(ctx, c.server+"/api/v1/namespaces/default/serviceaccounts/default")
 		return err
 	}, c.Kubelet)
 }
 
 // Get decodes the API object at path (such as /api/v1/nodes) into v.
 func (c *Cluster) Get(ctx context.Context, path string, v any) error {
-	return c.admin.getJSON(ctx, Server+path, v)
+	return c.admin.getJSON(ctx, c.server+path, v)
 }
 
 // Create posts a JSON object to the collection at path.
 func (c *Cluster) Create(ctx context.Context, path string, obj []byte) error {
-	_, err := c.admin.do(ctx, http.MethodPost, Server+path, obj)
+	_, err := c.admin.do(ctx, http.MethodPost, c.server+path, obj)
 	return err
 }
 
 // Delete deletes the API object at path.
 func (c *Cluster) Delete(ctx context.Context, path string) error {
-	_, err := c.admin.do(ctx, http.MethodDelete, Server+path, nil)
+	_, err := c.admin.do(ctx, http.MethodDelete, c.server+path, nil)
 	return err
 }
 

@@ -111,3 +111,38 @@ func (h histogram) quantile(q float64) float64 {
 	}
 	return h.bounds[len(h.bounds)-1]
 }
+
+// metricSum parses the Prometheus text exposition format and sums the
+// values of the counter, gauge or untyped series of name whose labels
+// include match: the API server's requests, or its open watches of one
+// resource.
+func metricSum(text, name string, match map[string]string) (float64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, m := range families[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		keep := true
+		for k, v := range match {
+			keep = keep && labels[k] == v
+		}
+		if !keep {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Untyped != nil:
+			sum += m.Untyped.GetValue()
+		}
+	}
+	return sum, nil
+}

@@ -101,3 +101,40 @@ I1126 06:13:50.000000       1 prepare.go:290] "unprepare" driver="tty.cdi-exec.i
 		t.Errorf("unprepares %v, want [8ms 900µs]", unprep)
 	}
 }
+
+// TestBenchMetricSum checks the reading of the API server's counters and
+// gauges: the series whose labels include the ones asked for, summed.
+// It needs no node.
+func TestBenchMetricSum(t *testing.T) {
+	const text = `# TYPE apiserver_longrunning_requests gauge
+apiserver_longrunning_requests{component="apiserver",group="resource.k8s.io",resource="resourceclaims",scope="cluster",subresource="",verb="WATCH",version="v1"} 2
+apiserver_longrunning_requests{component="apiserver",group="resource.k8s.io",resource="resourceslices",scope="cluster",subresource="",verb="WATCH",version="v1"} 300
+apiserver_longrunning_requests{component="apiserver",group="resource.k8s.io",resource="resourceclaims",scope="namespace",subresource="",verb="WATCH",version="v1"} 1
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",verb="GET"} 10
+apiserver_request_total{code="201",verb="POST"} 5
+`
+	for _, c := range []struct {
+		name  string
+		match map[string]string
+		want  float64
+	}{
+		{"apiserver_longrunning_requests", map[string]string{"resource": "resourceclaims", "verb": "WATCH"}, 3},
+		{"apiserver_longrunning_requests", map[string]string{"resource": "resourceslices"}, 300},
+		{"apiserver_longrunning_requests", map[string]string{"resource": "pods"}, 0},
+		{"apiserver_request_total", nil, 15},
+		{"apiserver_request_total", map[string]string{"verb": "POST"}, 5},
+		{"absent_total", nil, 0},
+	} {
+		got, err := metricSum(text, c.name, c.match)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s %v: %v, want %v", c.name, c.match, got, c.want)
+		}
+	}
+	if _, err := metricSum("not { the format", "x", nil); err == nil {
+		t.Error("a text that is not the exposition format: no error")
+	}
+}

@@ -55,7 +55,13 @@ func StartNode(t *testing.T) *Node {
 
 // newNode makes the node's private directory, CA and cgroup, and
 // registers its teardown.
-func newNode(t *testing.T) *Node {
+func newNode(t *testing.T) *Node { return newHostNode(t, true) }
+
+// newHostNode is newNode; without kubelet, for a control plane that no
+// kubelet of this machine joins (make bench-scale), it neither points
+// /var/lib/kubelet at the node's directory nor records the host state a
+// kubelet and containerd change.
+func newHostNode(t *testing.T, kubelet bool) *Node {
 	t.Helper()
 	// A short directory, whatever TMPDIR is: the kubelet's sockets and
 	// the DRA registration socket (<root>/plugins_registry/<driver>-<pod
@@ -67,27 +73,31 @@ func newNode(t *testing.T) *Node {
 			t.Fatal(err)
 		}
 	}
-	// The link is taken first: it is also what keeps two nodes from
-	// running on this machine at once.
-	unlink, err := linkKubeletDir(filepath.Join(dir, "kubelet/root"))
-	if errors.Is(err, fs.ErrExist) {
-		t.Skipf("%s appeared meanwhile: another kubelet is starting on this machine", kubeletDir)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := unlink(); err != nil {
-			t.Error(err)
+	var host *hostState
+	if kubelet {
+		// The link is taken first: it is also what keeps two nodes from
+		// running on this machine at once.
+		unlink, err := linkKubeletDir(filepath.Join(dir, "kubelet/root"))
+		if errors.Is(err, fs.ErrExist) {
+			t.Skipf("%s appeared meanwhile: another kubelet is starting on this machine", kubeletDir)
 		}
-	})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := unlink(); err != nil {
+				t.Error(err)
+			}
+		})
+		host = saveHost(t)
+	}
+	var err error
 	if n.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
 		t.Fatal(err)
 	}
 	if n.api, err = newClient(n.pki, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	host := saveHost(t)
 	n.cg, err = newCgroups(filepath.Base(dir))
 	if errors.Is(err, errCannot) {
 		t.Skip(err)
@@ -158,7 +168,7 @@ func (n *Node) Spawn(name, bin string, args, env []string) *daemon {
 // teardown stops everything in the reverse order it started, then kills
 // whatever is left in the node's cgroup (containers, shims), removes the
 // shims' sockets, unmounts everything under the node's directory, removes
-// the cgroup and restores the host state.
+// the cgroup and restores the host state, if it was recorded.
 func (n *Node) teardown(host *hostState) {
 	if n.t.Failed() {
 		for _, d := range n.daemons {
@@ -180,7 +190,10 @@ func (n *Node) teardown(host *hostState) {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, unmountUnder(n.Dir), host.restore(filepath.Join(n.Dir, "kubelet", "pods")))
+	errs = append(errs, unmountUnder(n.Dir))
+	if host != nil {
+		errs = append(errs, host.restore(filepath.Join(n.Dir, "kubelet", "pods")))
+	}
 	if err := errors.Join(errs...); err != nil {
 		n.t.Errorf("tearing the node down: %v", err)
 	}

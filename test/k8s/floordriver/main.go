@@ -8,6 +8,11 @@
 // It publishes -devices mock devices (mock-0, mock-1, ...) in one
 // ResourceSlice of -node, and on SIGTERM or SIGINT stops the helper and
 // removes its sockets, its plugin directory and every spec it wrote.
+//
+// With -publish-nodes it is make bench-scale's floor instead: it only
+// publishes, for each node listed, one ResourceSlice of -devices mock
+// devices owned by that Node, through a ResourceSlice controller of its
+// own (as the helper publishes a node's), and serves no claims.
 package main
 
 import (
@@ -21,9 +26,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -39,16 +46,23 @@ func main() {
 	cdiDir := flag.String("cdi-spec-dir", "/var/run/cdi", "where prepare writes the claims' CDI specs")
 	name := flag.String("driver", "floor.cdi-exec.io", "the DRA driver's name")
 	devices := flag.Int("devices", 8, "how many mock devices to publish")
+	publish := flag.String("publish-nodes", "", "publish only: a slice for each of these `NODES` (comma-separated), no kubelet plugin")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if *node == "" || *kubeconfig == "" || *devices < 1 {
-		fmt.Fprintln(os.Stderr, "floordriver: -node, -kubeconfig and a positive -devices are required")
+	if (*node == "" && *publish == "") || *kubeconfig == "" || *devices < 1 {
+		fmt.Fprintln(os.Stderr, "floordriver: -node or -publish-nodes, -kubeconfig and a positive -devices are required")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	d := &driver{name: *name, cdiDir: *cdiDir, log: log}
-	if err := d.run(ctx, *node, *kubeconfig, *kubeletDir, *devices); err != nil {
+	var err error
+	if *publish != "" {
+		err = d.publishOnly(ctx, strings.Split(*publish, ","), *kubeconfig, *devices)
+	} else {
+		err = d.run(ctx, *node, *kubeconfig, *kubeletDir, *devices)
+	}
+	if err != nil {
 		log.Error("floordriver", "err", err)
 		os.Exit(1)
 	}
@@ -63,16 +77,9 @@ type driver struct {
 
 // run serves until ctx ends, then removes what it made.
 func (d *driver) run(ctx context.Context, node, kubeconfig, kubeletDir string, devices int) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	client, err := newClient(kubeconfig, 1)
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	// The kubelet's limits, as cdi-kubelet-plugin's defaults: the helper
-	// GETs each claim before it calls prepare.
-	cfg.QPS, cfg.Burst = 50, 100
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
+		return err
 	}
 	regDir := filepath.Join(kubeletDir, "plugins_registry")
 	dataDir := filepath.Join(kubeletDir, "plugins", d.name)
@@ -93,15 +100,89 @@ func (d *driver) run(ctx context.Context, node, kubeconfig, kubeletDir string, d
 		return fmt.Errorf("starting the helper: %w", err)
 	}
 	defer h.Stop()
-	var devs []resourceapi.Device
-	for i := range devices {
-		devs = append(devs, resourceapi.Device{Name: fmt.Sprintf("mock-%d", i)})
-	}
-	pools := map[string]resourceslice.Pool{node: {Slices: []resourceslice.Slice{{Devices: devs}}}}
+	pools := map[string]resourceslice.Pool{node: {Slices: []resourceslice.Slice{{Devices: mockDevices(devices)}}}}
 	if err := h.PublishResources(ctx, resourceslice.DriverResources{Pools: pools}); err != nil {
 		return fmt.Errorf("publishing: %w", err)
 	}
 	d.log.Info("serving", "driver", d.name, "devices", devices)
+	<-ctx.Done()
+	return nil
+}
+
+// newClient is a client of the kubeconfig's API server, with the limits
+// of as many drivers as nodes.
+func newClient(kubeconfig string, nodes int) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	// The kubelet's limits, as cdi-kubelet-plugin's defaults: the helper
+	// GETs each claim before it calls prepare.
+	cfg.QPS, cfg.Burst = 50*float32(nodes), 100*nodes
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return client, nil
+}
+
+// mockDevices are n devices without attributes: mock-0, mock-1, ...
+func mockDevices(n int) []resourceapi.Device {
+	devs := make([]resourceapi.Device, n)
+	for i := range devs {
+		devs[i] = resourceapi.Device{Name: fmt.Sprintf("mock-%d", i)}
+	}
+	return devs
+}
+
+// publishOnly publishes, until ctx ends, each node's slice of devices
+// mock devices, in the node's pool and owned by its Node object, with
+// one ResourceSlice controller per node, as the kubelet plugin helper
+// publishes a node's; the slices stay when it stops, as the helper's do.
+// The controllers start at once: each waits at least a second for its
+// informer (resourceslice.StartController polls it every second), as
+// the nodes' own drivers would, each on its node.
+func (d *driver) publishOnly(ctx context.Context, nodes []string, kubeconfig string, devices int) error {
+	client, err := newClient(kubeconfig, len(nodes))
+	if err != nil {
+		return err
+	}
+	controllers := make([]*resourceslice.Controller, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, name := range nodes {
+		wg.Go(func() {
+			node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				errs[i] = fmt.Errorf("node %s: %w", name, err)
+				return
+			}
+			controllers[i], err = resourceslice.StartController(ctx, resourceslice.Options{
+				DriverName: d.name,
+				KubeClient: client,
+				Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID},
+				Resources: &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+					name: {Slices: []resourceslice.Slice{{Devices: mockDevices(devices)}}},
+				}},
+				ErrorHandler: func(_ context.Context, err error, msg string) { d.log.Error(msg, "node", name, "err", err) },
+			})
+			if err != nil {
+				errs[i] = fmt.Errorf("publishing for %s: %w", name, err)
+			}
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range controllers {
+			if c != nil {
+				c.Stop()
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	d.log.Info("publishing", "driver", d.name, "nodes", len(nodes), "devices", devices)
 	<-ctx.Done()
 	return nil
 }
