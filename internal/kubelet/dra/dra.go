@@ -194,16 +194,26 @@ func (p *Plugin) Run(ctx context.Context) error {
 		p.log.Warn("the kubelet's root directory is not there: its plugin directories are made, and the drivers wait for a kubelet to register the drivers",
 			"dir", p.opt.KubeletDir, "expected", "a running kubelet whose --root-dir is --kubelet-dir, mounted into this container")
 	}
-	for _, d := range p.drivers {
-		d.refresh(ctx)
-		if err := d.start(ctx, p.opt, fatal); err != nil {
-			p.stop()
-			if ctx.Err() != nil { // stopped while starting
-				return p.cause(ctx)
+	// The drivers start at once: each one's slice controller waits about
+	// a second for its informer, so one after another a node of three
+	// types published its last slice three seconds after its first.
+	starts := make([]error, len(p.drivers))
+	var started sync.WaitGroup
+	for i, d := range p.drivers {
+		started.Go(func() {
+			d.refresh(ctx)
+			if starts[i] = d.start(ctx, p.opt, fatal); starts[i] == nil {
+				p.log.Info("serving", "driver", d.name, "configs", len(d.lifecycle.confs), "devices", d.publisher.devices())
 			}
-			return err
+		})
+	}
+	started.Wait()
+	if err := errors.Join(starts...); err != nil {
+		p.stop()
+		if ctx.Err() != nil { // stopped while starting
+			return p.cause(ctx)
 		}
-		p.log.Info("serving", "driver", d.name, "configs", len(d.lifecycle.confs), "devices", d.publisher.devices())
+		return err
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
