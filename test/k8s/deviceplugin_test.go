@@ -86,8 +86,7 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	// The device-plugin mode killed while the spec dir is emptied, and
 	// started again: it puts the pod's spec file back, and the pod's
 	// container, killed then, runs again with its ttys.
-	b.d.cmd.Process.Kill()
-	<-b.d.done
+	b.d.kill()
 	start := time.Now()
 	wiped, err := emptyDir(n.CDIDir)
 	if err != nil {
