@@ -694,9 +694,6 @@ func (r report) batchRatio(a, b kind) float64 {
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 
-// all is every sample of a kind, one at a time and in batches.
-func (r report) all(k kind) *phase {
-	return &phase{samples: slices.Concat(r.seq[k].samples, r.par[k].samples)}
 }
 
 // check is one target: x against target, what was compared in detail;

@@ -116,9 +116,13 @@ func (c *cgroups) procs() string {
 }
 
 // pids lists every process in the private cgroup.
-func (c *cgroups) pids() []int {
+func (c *cgroups) pids() []int { return c.pidsUnder("") }
+
+// pidsUnder lists every process in the private cgroup's sub (such as
+// "pods") and below it.
+func (c *cgroups) pidsUnder(sub string) []int {
 	var pids []int
-	filepath.WalkDir(filepath.Join(c.track, c.name), func(path string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(c.track, c.name, sub), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.Name() != "cgroup.procs" {
 			return nil
 		}

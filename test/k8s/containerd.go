@@ -86,19 +86,24 @@ func startContainerd(ctx context.Context, cg *cgroups, dir, logDir, cdi string) 
 	if err := os.WriteFile(cfg, []byte(conf.String()), 0o644); err != nil {
 		return nil, err
 	}
-	d, err := spawn(cg, logDir, "containerd", filepath.Join(tools(), "containerd"), []string{"--config", cfg}, nil)
-	if err != nil {
-		return nil, err
-	}
-	c.d = d
-	err = waitFor(ctx, "containerd to serve", func(ctx context.Context) error {
-		_, err := c.ctr(ctx, "version")
-		return err
-	}, d)
-	if err != nil {
+	if err := c.serve(ctx, cg, logDir); err != nil {
 		return c, err
 	}
 	return c, c.importImage(ctx, filepath.Join(dir, "image"))
+}
+
+// serve starts containerd with its config (again, after it stopped) and
+// waits until it answers.
+func (c *containerd) serve(ctx context.Context, cg *cgroups, logDir string) error {
+	d, err := spawn(cg, logDir, "containerd", filepath.Join(tools(), "containerd"), []string{"--config", filepath.Join(c.dir, "config.toml")}, nil)
+	if err != nil {
+		return err
+	}
+	c.d = d
+	return waitFor(ctx, "containerd to serve", func(ctx context.Context) error {
+		_, err := c.ctr(ctx, "version")
+		return err
+	}, d)
 }
 
 // ctr runs ctr against this containerd, in the kubelet's namespace.
@@ -197,7 +202,12 @@ func busyboxTar(ctx context.Context, path string) error {
 // named by a hash of containerd's address, the namespace and the task id
 // the shim was started for, which its command line gives.
 func (c *containerd) shimSockets(pids []int) []string {
-	var socks []string
+	_, socks := c.shims(pids)
+	return socks
+}
+
+// shims picks this containerd's shims among pids, and their sockets.
+func (c *containerd) shims(pids []int) (shims []int, socks []string) {
 	for _, pid := range pids {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil {
@@ -217,7 +227,8 @@ func (c *containerd) shimSockets(pids []int) []string {
 			continue
 		}
 		sum := sha256.Sum256([]byte(filepath.Join(c.sock, flags["namespace"], flags["id"])))
+		shims = append(shims, pid)
 		socks = append(socks, fmt.Sprintf("/run/containerd/s/%x", sum))
 	}
-	return socks
+	return shims, socks
 }

@@ -35,6 +35,13 @@ const (
 //     and the two the CDI spec names;
 //   - a kubelet restart leaves the pod running with the same allocation,
 //     and the device-plugin mode registers with the new kubelet;
+//   - the device-plugin mode killed (SIGKILL, as a force-deleted pod's
+//     container is) while the spec dir is emptied, and started again,
+//     puts the pod's spec file back; the pod's container, killed then,
+//     runs again within restartBound with the same ttys (without the
+//     file the runtime refuses it: "unresolvable CDI devices");
+//   - the spec file deleted by hand while the mode runs is back within
+//     specFileBound;
 //   - removing the pod frees its ttys within the GC bound, and the spec
 //     file is gone;
 //   - SIGTERM stops the device-plugin mode cleanly and removes its socket.
@@ -53,7 +60,7 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	all := b.waitRegistered(ctx, t, time.Now())
 	t.Logf("the kubelet lists %d devices for %s: %v", len(all), resource, all)
 
-	n.AddStaticPod(PodSpec{Name: "ttys", Limits: map[string]string{resource: "2"}, Script: devLoop})
+	n.AddStaticPod(PodSpec{Name: "ttys", Limits: map[string]string{resource: "2"}, Script: devLoop, Always: true})
 	pod, err := n.WaitPod(ctx, StaticName("ttys"), Running)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +83,23 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 		t.Fatalf("after the kubelet restart the pod has %v for %s, had %v for %s", again, againID, held, id)
 	}
 
+	// The device-plugin mode killed while the spec dir is emptied, and
+	// started again: it puts the pod's spec file back, and the pod's
+	// container, killed then, runs again with its ttys.
+	b.d.kill()
+	start := time.Now()
+	wiped, err := emptyDir(n.CDIDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start()
+	took := waitFiles(ctx, t, n.CDIDir, wiped, start, time.Minute, b.d)
+	t.Logf("spec dir emptied (%v) with the device-plugin mode killed; the new process put them back %.1fs later", wiped, took.Seconds())
+	b.killAndRestart(ctx, t, after, held, id)
+
+	// A spec file deleted by hand while the mode runs is back at once.
+	deleteSpecFiles(ctx, t, n.CDIDir, wiped, b.d)
+
 	// Removing the pod frees its ttys within the GC bound.
 	removed := time.Now()
 	n.RemoveStaticPod("ttys")
@@ -85,6 +109,29 @@ func TestNodeDevicePluginTTYs(t *testing.T) {
 	b.waitFreed(ctx, t, removed, held)
 
 	b.stop(t)
+}
+
+// killAndRestart kills the static pod's container and checks that it
+// runs again within restartBound, seeing the ttys it held, still held
+// under id.
+func (b *pluginRun) killAndRestart(ctx context.Context, t *testing.T, pod Pod, held []string, id string) {
+	t.Helper()
+	start := time.Now()
+	if err := b.n.KillContainer(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, restartBound)
+	defer cancel()
+	after, err := b.n.WaitPod(wctx, pod.Metadata.Name, RestartedFrom(pod))
+	if err != nil {
+		t.Fatalf("the pod's container, killed, did not run again within %v: %v", restartBound, err)
+	}
+	took := time.Since(start)
+	b.logLen = 0 // the new container's output
+	if again, againID := b.checkPodTTYs(ctx, t, after); !slices.Equal(again, held) || againID != id {
+		t.Fatalf("after its restart the pod has %v for %s, had %v for %s", again, againID, held, id)
+	}
+	t.Logf("the container, killed, ran again %.1fs later (restarts %d) with %v", took.Seconds(), after.Status.ContainerStatuses[0].RestartCount, held)
 }
 
 // waitFreed waits, within the GC bound, until the plugin holds nothing
@@ -136,13 +183,18 @@ func startDevicePlugin(t *testing.T, n *Node, bin string, reserved int) *pluginR
 	if err := os.WriteFile(filepath.Join(b.conf, "tty.d", "generic-tty.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b.d = n.Spawn("cdi-kubelet-plugin", filepath.Join(bin, "cdi-kubelet-plugin"), []string{
+	b.start()
+	return b
+}
+
+// start starts the device-plugin mode (again, after it was killed).
+func (b *pluginRun) start() {
+	b.d = b.n.Spawn("cdi-kubelet-plugin", filepath.Join(b.bin, "cdi-kubelet-plugin"), []string{
 		"device-plugin", "--conf-dir", b.conf, "--type", "tty", "--resource-prefix", "cdi-exec.io",
-		"--kubelet-dir", kubeletDir, "--cdi-spec-dir", n.CDIDir,
+		"--kubelet-dir", kubeletDir, "--cdi-spec-dir", b.n.CDIDir,
 		"--gc-interval", gcInterval.String(), "--gc-grace", gcGrace.String(),
 		"--claim-state-dir", filepath.Join(filepath.Dir(b.state), "dra-state"),
 	}, b.env())
-	return b
 }
 
 func (b *pluginRun) env() []string {

@@ -49,8 +49,14 @@ const repoRoot = "../.."
 //  2. the example pod, with a claim from the template for two ttys, runs
 //     and sees exactly the two ttys allocated to the claim, which the
 //     plugin holds under the claim's UID and the CDI spec names;
-//  3. deleting the driver's pod (the DaemonSet makes a new one) leaves the
-//     running claim prepared and the pod's container untouched;
+//  3. force-deleting the driver's pod (the DaemonSet makes a new one)
+//     and emptying the spec dir once its container is gone leaves the
+//     running claim prepared and the pod's container untouched, and the
+//     new pod puts the spec files back (docs/kubernetes.md#spec-files-put-back);
+//     the pod's container, killed then, runs again within restartBound
+//     with its ttys (without the files the runtime refuses it:
+//     "unresolvable CDI devices"), and a spec file deleted by hand while
+//     the driver runs is back within specFileBound;
 //  4. deleting the pod unprepares the claim: the ttys are free again
 //     (cdictl ls) and the spec file is gone.
 func TestClusterDRATTYs(t *testing.T) {
@@ -76,13 +82,28 @@ func TestClusterDRATTYs(t *testing.T) {
 	t.Logf("the pod ran %.1fs after kubectl apply", time.Since(start).Seconds())
 
 	start = time.Now()
-	if _, err := c.Kubectl(ctx, "delete", "pod", "-n", draNamespace, driverPod, "--wait=false"); err != nil {
+	old, err := c.WaitPod(ctx, draNamespace, driverPod, Running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubectl(ctx, "delete", "pod", "-n", draNamespace, driverPod, "--grace-period=0", "--force", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitTaskGone(ctx, old.Status.ContainerStatuses[0].ContainerID); err != nil {
+		t.Fatal(err)
+	}
+	wiped, err := emptyDir(c.CDIDir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	next := d.waitDriver(ctx, t, driverPod)
 	d.waitLog(ctx, t, next, `"slice published" `)
+	took := waitFiles(ctx, t, c.CDIDir, wiped, start, 2*time.Minute)
 	d.stillPrepared(ctx, t, "the driver's restart", pod, held, uid)
-	t.Logf("driver pod %s replaced by %s in %.1fs; the claim stays prepared", driverPod, next, time.Since(start).Seconds())
+	t.Logf("driver pod %s force-deleted and the spec dir emptied (%v): replaced by %s, the files back %.1fs after the deletion; the claim stays prepared",
+		driverPod, wiped, next, took.Seconds())
+	d.killAndRestart(ctx, t, pod, held, uid)
+	deleteSpecFiles(ctx, t, c.CDIDir, wiped, c.Kubelet)
 
 	start = time.Now()
 	if _, err := c.Kubectl(ctx, "delete", "pod", "two-ttys", "--wait=false"); err != nil {
@@ -111,6 +132,29 @@ func (d *draRun) stillPrepared(ctx context.Context, t *testing.T, event string, 
 	if again, againUID := d.checkClaim(ctx, t, after); !slices.Equal(again, held) || againUID != uid {
 		t.Fatalf("after %s the claim %s holds %v, was %s with %v", event, againUID, again, uid, held)
 	}
+}
+
+// killAndRestart kills the claim pod's container and checks that it runs
+// again within restartBound, seeing the ttys its claim held, still held
+// under the claim's UID.
+func (d *draRun) killAndRestart(ctx context.Context, t *testing.T, pod Pod, held []string, uid string) {
+	t.Helper()
+	start := time.Now()
+	if err := d.c.KillContainer(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, restartBound)
+	defer cancel()
+	after, err := d.c.WaitPod(wctx, "default", pod.Metadata.Name, RestartedFrom(pod))
+	if err != nil {
+		t.Fatalf("the claim pod's container, killed, did not run again within %v: %v", restartBound, err)
+	}
+	took := time.Since(start)
+	d.b.logLen = 0 // the new container's output
+	if again, againUID := d.checkClaim(ctx, t, after); !slices.Equal(again, held) || againUID != uid {
+		t.Fatalf("after its restart the claim %s holds %v, was %s with %v", againUID, again, uid, held)
+	}
+	t.Logf("the claim pod's container, killed, ran again %.1fs later (restarts %d) with %v", took.Seconds(), after.Status.ContainerStatuses[0].RestartCount, held)
 }
 
 // draRun is the DRA deployment on a cluster's node.
@@ -287,6 +331,8 @@ func (d *draRun) exampleManifests(t *testing.T) []runtime.Object {
 		if pod, ok := o.Obj.(*corev1.Pod); ok {
 			pod.Spec.HostNetwork = true
 			pod.Spec.TerminationGracePeriodSeconds = new(int64)
+			// A killed container is started again, as most pods' are.
+			pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
 			ctr := &pod.Spec.Containers[0]
 			ctr.Image, ctr.ImagePullPolicy = Image, corev1.PullNever
 			ctr.Command = []string{"/bin/sh", "-c", devLoop}

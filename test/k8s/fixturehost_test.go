@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -52,19 +53,8 @@ func newFixtureRun(t *testing.T, bound time.Duration, host fixture.Host, kernel 
 	preflight(t, "helm")
 	ctx, d := newDRARun(t, bound)
 	f := &fixtureRun{draRun: d, root: filepath.Join(d.c.Dir, "fixture-host"), types: types}
-	if err := host.Build(f.root); err != nil {
+	if err := buildFixture(f.root, host); err != nil {
 		t.Fatal(err)
-	}
-	// The chart mounts the host's /proc/driver and /proc/devices for drm,
-	// as every kernel has them; a fixture without NVIDIA GPUs may have
-	// none of its own.
-	if err := os.MkdirAll(filepath.Join(f.root, "proc/driver"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if devices := filepath.Join(f.root, "proc/devices"); !exists(devices) {
-		if err := os.WriteFile(devices, []byte("Character devices:\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 	if kernel {
 		k, err := fixture.StartKernel(f.root, host)
@@ -90,6 +80,49 @@ func newFixtureRun(t *testing.T, bound time.Duration, host fixture.Host, kernel 
 	}
 	t.Logf("driver pod %s serves %v on the fixture host", pod, want)
 	return ctx, f
+}
+
+// buildFixture lays host out at root, with the /proc files the chart
+// mounts for drm, as every kernel has them (/proc/driver, /proc/devices),
+// where the fixture has none of its own (no NVIDIA GPUs).
+func buildFixture(root string, host fixture.Host) error {
+	if err := host.Build(root); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(root, "proc/driver"), 0o755); err != nil {
+		return err
+	}
+	if devices := filepath.Join(root, "proc/devices"); !exists(devices) {
+		return os.WriteFile(devices, []byte("Character devices:\n"), 0o644)
+	}
+	return nil
+}
+
+// reboot reboots the node (Node.Reboot) while the host changes to host,
+// laid out afresh (with a new boot id) in place of the old tree, and the
+// CDI spec dir, a tmpfs on a real node, is emptied.
+func (f *fixtureRun) reboot(ctx context.Context, t *testing.T, host fixture.Host) {
+	t.Helper()
+	err := f.c.Reboot(ctx, func() error {
+		next, old := f.root+".boot", f.root+".old"
+		if err := buildFixture(next, host); err != nil {
+			return err
+		}
+		if err := os.Rename(f.root, old); err != nil {
+			return err
+		}
+		if err := os.Rename(next, f.root); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(old); err != nil {
+			return err
+		}
+		_, err := emptyDir(f.c.CDIDir)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // manifests renders the chart with the fixture's types and the private
@@ -234,7 +267,8 @@ func nodeLoop(dirs ...string) string {
 	return fmt.Sprintf(`while :; do echo "nodes $(stat -c '%%n=%%t:%%T' %s 2>/dev/null | tr '\n' ' ')"; sleep 1; done`, strings.Join(globs, " "))
 }
 
-// podNodes runs a pod with the claim's devices, one container naming the
+// podNodes runs a pod (restartPolicy Always: it comes back after a
+// reboot) with the claim's devices, one container naming the
 // whole claim, that prints the device nodes under dirs, and returns them
 // with their numbers ("/dev/dri/card1=e2:1"), sorted, once it printed
 // them.
@@ -247,7 +281,7 @@ metadata: {name: %s, namespace: default}
 spec:
   hostNetwork: true
   terminationGracePeriodSeconds: 0
-  restartPolicy: Never
+  restartPolicy: Always
   resourceClaims:
   - name: c
     resourceClaimName: %s
@@ -299,4 +333,15 @@ func (f *fixtureRun) allocated(ctx context.Context, t *testing.T, claim string) 
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// hostNode is the fixture host's device node at path (/dev/...) as a pod
+// printing it with nodeLoop shows it: "/dev/kfd=1ff:0".
+func (f *fixtureRun) hostNode(t *testing.T, path string) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(f.root, path), &st); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s=%x:%x", path, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 }

@@ -253,3 +253,53 @@ func RandomID(n int) string {
 	rand.Read(b)
 	return hex.EncodeToString(b)[:n]
 }
+
+// Reboot does to the node what a reboot does: the kubelet and containerd
+// stop, every container and shim dies, and what a boot finds gone from
+// its tmpfs /run is removed (containerd's state and mounts, runc's state,
+// the shims' sockets). Then between runs, the host changing while it is
+// down (devices renumbered, the CDI spec dir emptied), and containerd and
+// the kubelet start again, which starts the node's pods afresh. The
+// kubelet's root, containerd's root (images, containers) and the daemons
+// spawned beside them (a control plane) are left as they are.
+func (n *Node) Reboot(ctx context.Context, between func() error) error {
+	n.StopKubelet()
+	n.ctrd.d.stop(20 * time.Second)
+	_, socks := n.ctrd.shims(n.cg.pids())
+	for {
+		shims, _ := n.ctrd.shims(n.cg.pids())
+		left := append(shims, n.cg.pidsUnder("pods")...)
+		if len(left) == 0 {
+			break
+		}
+		for _, pid := range left {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("processes %v outlive SIGKILL: %w", left, err)
+		}
+	}
+	for _, s := range socks {
+		if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	for _, d := range []string{"state", "runc"} {
+		dir := filepath.Join(n.ctrd.dir, d)
+		if err := unmountUnder(dir); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	if err := between(); err != nil {
+		return err
+	}
+	err := n.ctrd.serve(ctx, n.cg, n.logDir())
+	n.daemons = append(n.daemons, n.ctrd.d)
+	if err != nil {
+		return err
+	}
+	return n.StartKubelet(ctx)
+}

@@ -218,3 +218,59 @@ func states(p Pod) string {
 	}
 	return strings.Join(s, "; ")
 }
+
+// KillContainer ends the pod's container with SIGKILL through the node's
+// containerd, as a crash or the OOM killer would; the kubelet then starts
+// it again as the pod's restartPolicy says, which injects its devices by
+// their CDI names anew.
+func (n *Node) KillContainer(ctx context.Context, p Pod) error {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return fmt.Errorf("pod %s has no container", p.Metadata.Name)
+	}
+	c := p.Status.ContainerStatuses[0]
+	_, id, ok := strings.Cut(c.ContainerID, "://")
+	if !ok {
+		return fmt.Errorf("pod %s: container %s has no id (%q)", p.Metadata.Name, c.Name, c.ContainerID)
+	}
+	_, err := n.ctrd.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
+	return err
+}
+
+// RestartedFrom holds when the pod's container runs again, in another
+// container than before's. While it does not, the error has the
+// container's state: a restart the runtime refuses shows as waiting
+// CreateContainerError with the runtime's message.
+func RestartedFrom(before Pod) func(Pod, bool) error {
+	return func(p Pod, ok bool) error {
+		if !ok {
+			return errors.New("no such pod")
+		}
+		if len(p.Status.ContainerStatuses) == 0 || len(before.Status.ContainerStatuses) == 0 {
+			return fmt.Errorf("phase %s: no container status", p.Status.Phase)
+		}
+		a, b := p.Status.ContainerStatuses[0], before.Status.ContainerStatuses[0]
+		if a.ContainerID == b.ContainerID || a.State.Running == nil {
+			return fmt.Errorf("not restarted from %s (restarts %d): now %s (restarts %d), %s", b.ContainerID, b.RestartCount, a.ContainerID, a.RestartCount, states(p))
+		}
+		return nil
+	}
+}
+
+// WaitTaskGone waits until the node's containerd runs no task of the
+// container (a ContainerStatus's containerID), as after the kubelet
+// killed it.
+func (n *Node) WaitTaskGone(ctx context.Context, containerID string) error {
+	_, id, _ := strings.Cut(containerID, "://")
+	return waitFor(ctx, "container "+id+" to end", func(ctx context.Context) error {
+		out, err := n.ctrd.ctr(ctx, "tasks", "ls")
+		if err != nil {
+			return err
+		}
+		for l := range strings.Lines(out) {
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == id && f[2] == "RUNNING" {
+				return fmt.Errorf("its task runs: %s", strings.TrimSpace(l))
+			}
+		}
+		return nil
+	}, n.Kubelet)
+}

@@ -80,6 +80,15 @@ func (d *daemon) stop(grace time.Duration) {
 	}
 }
 
+// kill ends the process with SIGKILL, as a force-deleted pod's container
+// ends, and waits for it.
+func (d *daemon) kill() {
+	if done, _ := d.exited(); !done {
+		d.cmd.Process.Kill()
+		<-d.done
+	}
+}
+
 // tail returns the last n lines of the daemon's log.
 func (d *daemon) tail(n int) string {
 	data, err := os.ReadFile(d.log)
