@@ -694,8 +694,6 @@ func (r report) batchRatio(a, b kind) float64 {
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 
-}
-
 // check is one target: x against target, what was compared in detail;
 // unit is "×" for a ratio, "ms" for a time.
 type check struct {
