@@ -214,7 +214,7 @@ func (c *Cluster) token(ctx context.Context, t *testing.T, pod string) *client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.admin.do(ctx, http.MethodPost, Server+"/api/v1/namespaces/"+policyNamespace+"/serviceaccounts/"+policyAccount+"/token", body)
+	out, err := c.admin.do(ctx, http.MethodPost, c.server+"/api/v1/namespaces/"+policyNamespace+"/serviceaccounts/"+policyAccount+"/token", body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func writeStatus(ctx context.Context, c *Cluster, cl *client, change func(status
 	if err != nil {
 		return err
 	}
-	_, err = cl.do(ctx, http.MethodPut, Server+statusClaim+"/status", body)
+	_, err = cl.do(ctx, http.MethodPut, c.server+statusClaim+"/status", body)
 	return err
 }
 
