@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/cdi-exec/plugins/internal/cdispec"
 	"github.com/cdi-exec/plugins/internal/kubelet/claimconfig"
 	"github.com/cdi-exec/plugins/internal/kubelet/claimstate"
 	"github.com/cdi-exec/plugins/internal/kubelet/devname"
@@ -269,8 +270,10 @@ func (lc *lifecycle) answered(uid string, rec claimstate.Claim) (map[string][]st
 	return maps.Clone(rec.Devices), true
 }
 
-// recordedKinds are the CDI kinds of a claim's recorded CDI ids.
-func recordedKinds(rec claimstate.Claim) map[string]bool {
+// claimSpecs returns the cdi_spec of the type's configs for each CDI
+// kind the claim's recorded CDI ids name, one per kind, and whether every
+// kind has one: the spec files that define the claim's devices.
+func (lc *lifecycle) claimSpecs(rec claimstate.Claim) ([]*cdispec.Config, bool) {
 	kinds := map[string]bool{}
 	for _, ids := range append(slices.Collect(maps.Values(rec.Devices)), rec.CDIDevices) {
 		for _, id := range ids {
@@ -278,25 +281,31 @@ func recordedKinds(rec claimstate.Claim) map[string]bool {
 			kinds[kind] = true
 		}
 	}
-	return kinds
-}
-
-// specsWritten reports whether every CDI id recorded for a claim has a
-// spec file of the claim in its kind's directory (a cdi_spec of one of
-// the type's configs).
-func (lc *lifecycle) specsWritten(uid string, rec claimstate.Claim) bool {
-	kinds := recordedKinds(rec)
+	var out []*cdispec.Config
 	for _, conf := range lc.confs {
 		spec, err := inventory.Spec(conf)
 		if err != nil || !kinds[spec.Kind] {
 			continue
 		}
+		out = append(out, spec)
+		delete(kinds, spec.Kind)
+	}
+	return out, len(kinds) == 0
+}
+
+// specsWritten reports whether every CDI id recorded for a claim has a
+// spec file of the claim in its kind's directory.
+func (lc *lifecycle) specsWritten(uid string, rec claimstate.Claim) bool {
+	specs, all := lc.claimSpecs(rec)
+	if !all {
+		return false
+	}
+	for _, spec := range specs {
 		if ok, err := spec.Written(uid); err != nil || !ok {
 			return false
 		}
-		delete(kinds, spec.Kind)
 	}
-	return len(kinds) == 0
+	return true
 }
 
 // sameDevices refuses to prepare a recorded claim for other devices, or

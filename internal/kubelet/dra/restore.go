@@ -69,14 +69,9 @@ func (lc *lifecycle) Expected(ctx context.Context) ([]specheal.Entry, error) {
 			continue
 		}
 		e := specheal.Entry{ID: uid, Data: uid}
-		kinds := recordedKinds(rec)
-		for _, conf := range lc.confs {
-			spec, err := inventory.Spec(conf)
-			if err != nil || !kinds[spec.Kind] {
-				continue
-			}
+		specs, _ := lc.claimSpecs(rec)
+		for _, spec := range specs {
 			e.Files = append(e.Files, specheal.SpecFile(spec, uid))
-			delete(kinds, spec.Kind)
 		}
 		for _, req := range lc.metadataRequests(rec) {
 			e.Files = append(e.Files, specheal.File{Dir: lc.cdiDir, Name: lc.metadataSpecName(uid, req)})
