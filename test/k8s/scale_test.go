@@ -49,6 +49,8 @@ const (
 	pcieRootKey = "resource.kubernetes.io/pcieRoot"
 	// tenantConfig is the size of each tenant claim's opaque config.
 	tenantConfig = 4096
+	// kvmScaleShares are the shares of each node's /dev/kvm.
+	kvmScaleShares = 8
 )
 
 // scaleDrivers are the DRA drivers each of our nodes runs, with their
@@ -56,7 +58,7 @@ const (
 // conf/examples/kvm.d's /dev/kvm of 8 shares).
 var scaleDrivers = []struct{ typ, conf string }{
 	{"gpu", `{"cdiVersion": "0.0.2", "name": "every GPU with a DRM node", "type": "gpu", "plugin": "drm", "args": {"want_device_nodes": ["primary", "render"]}}`},
-	{"kvm", `{"cdiVersion": "0.0.2", "name": "kvm", "type": "kvm", "plugin": "generic", "args": {"rules": [{"paths": ["/dev/kvm"], "shares": 8, "permissions": "rw"}]}}`},
+	{"kvm", `{"cdiVersion": "0.0.2", "name": "kvm", "type": "kvm", "plugin": "generic", "args": {"rules": [{"paths": ["/dev/kvm"], "shares": ` + strconv.Itoa(kvmScaleShares) + `, "permissions": "rw"}]}}`},
 	{"tty", `{"cdiVersion": "0.0.2", "name": "virtual consoles", "type": "tty", "plugin": "generic-tty", "args": {"num_system_reserved": 12}}`},
 }
 

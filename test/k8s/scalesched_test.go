@@ -210,7 +210,7 @@ func (s *scale) checkAllocations(ctx context.Context, t *testing.T, k claimKind,
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := map[string]string{}
+	owner, shares := map[string]string{}, map[string]int{}
 	for _, c := range claims.Items {
 		checked++
 		res := c.Status.Allocation.Devices.Results
@@ -220,10 +220,20 @@ func (s *scale) checkAllocations(ctx context.Context, t *testing.T, k claimKind,
 		roots := map[string]bool{}
 		for _, r := range res {
 			key := r.Pool + "/" + r.Device
-			if other, ok := owner[key]; ok {
+			// A device of several allocations (consumable capacity: the
+			// kvm unit from 1.36) is allocated once per share, each with
+			// its own shareID, and never more shares than it has.
+			owned := key
+			if r.ShareID != nil {
+				owned += "#" + string(*r.ShareID)
+				if shares[key]++; shares[key] > kvmScaleShares {
+					t.Errorf("%s: device %s of %s is allocated %d shares, more than its %d", k.name, r.Device, r.Pool, shares[key], kvmScaleShares)
+				}
+			}
+			if other, ok := owner[owned]; ok {
 				t.Errorf("%s: device %s of %s is allocated to claims %s and %s", k.name, r.Device, r.Pool, other, c.Name)
 			}
-			owner[key] = c.Name
+			owner[owned] = c.Name
 			if r.Pool != nodeOf[c.Name] {
 				t.Errorf("%s: claim %s got device %s of pool %s, its pod is on %s", k.name, c.Name, r.Device, r.Pool, nodeOf[c.Name])
 			}
