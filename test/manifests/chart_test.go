@@ -525,14 +525,7 @@ func TestChartGenericTypes(t *testing.T) {
 			t.Errorf("kvm.conf lacks %s:\n%s", want, conf)
 		}
 	}
-	var paths []string
-	for _, v := range find[*appsv1.DaemonSet](t, on).Spec.Template.Spec.Volumes {
-		if v.ConfigMap != nil {
-			for _, it := range v.ConfigMap.Items {
-				paths = append(paths, it.Path)
-			}
-		}
-	}
+	paths := configPaths(t, on)
 	if !slices.Contains(paths, "kvm.d/generic.conf") {
 		t.Errorf("config paths %v lack kvm.d/generic.conf", paths)
 	}
@@ -589,14 +582,7 @@ func TestChartPGPUType(t *testing.T) {
 	if got.Type != "pgpu" || got.Plugin != "drm" || fmt.Sprint(got.Args) != fmt.Sprint(want.Args) {
 		t.Errorf("the chart's pgpu config %+v is not conf/examples/pgpu.d/pgpu.conf's %+v", got, want)
 	}
-	var paths []string
-	for _, v := range find[*appsv1.DaemonSet](t, on).Spec.Template.Spec.Volumes {
-		if v.ConfigMap != nil {
-			for _, it := range v.ConfigMap.Items {
-				paths = append(paths, it.Path)
-			}
-		}
-	}
+	paths := configPaths(t, on)
 	if !slices.Contains(paths, "pgpu.d/drm.conf") {
 		t.Errorf("config paths %v lack pgpu.d/drm.conf", paths)
 	}
@@ -791,4 +777,19 @@ func TestChartVersionIsImageTag(t *testing.T) {
 	if got := container(t, objs).Image; got != image {
 		t.Errorf("the packaged chart runs %s, want %s, the image make image builds", got, image)
 	}
+}
+
+// configPaths are the paths the DaemonSet mounts the ConfigMap's plugin
+// configs at, <type>.d/<name>.conf.
+func configPaths(t *testing.T, objs []Object) []string {
+	t.Helper()
+	var paths []string
+	for _, v := range find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil {
+			for _, it := range v.ConfigMap.Items {
+				paths = append(paths, it.Path)
+			}
+		}
+	}
+	return paths
 }
