@@ -162,15 +162,19 @@ func TestCollectLoop(t *testing.T) {
 	if _, err := allocate(c, "tty19"); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); len(n.held(t, "generic-tty", "")) > 0; time.Sleep(20 * time.Millisecond) {
+	// The log line follows the free: wait for it, then check the store.
+	freed := regexp.MustCompile(`msg="gc: freed" .* scans=(\d+)`)
+	var m []string
+	for deadline := time.Now().Add(time.Minute); m == nil; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not freed within a minute:\n%s", logs.String())
 		}
+		m = freed.FindStringSubmatch(logs.String())
 	}
-	scans := 0
-	if m := regexp.MustCompile(`msg="gc: freed" .* scans=(\d+)`).FindStringSubmatch(logs.String()); m != nil {
-		scans, _ = strconv.Atoi(m[1])
+	if held := n.held(t, "generic-tty", ""); len(held) > 0 {
+		t.Fatalf("logged as freed but still held: %v\n%s", held, logs.String())
 	}
+	scans, _ := strconv.Atoi(m[1])
 	if scans < 2 {
 		t.Fatalf("freed without a log line saying after at least two scans:\n%s", logs.String())
 	}
