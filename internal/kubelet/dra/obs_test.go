@@ -209,6 +209,16 @@ func TestPollErrors(t *testing.T) {
 func TestProbes(t *testing.T) {
 	n := ttyNode(t)
 	in := n.start(n.options())
+	// Readiness waits for the slices too, which the slice controllers
+	// write in the background: the steps below are about registration.
+	for _, d := range []string{gpuDriver, ttyDriver} {
+		n.eventually(d+"'s slice written", func() error {
+			if len(n.slices(d)) == 0 {
+				return errors.New("none yet")
+			}
+			return nil
+		})
+	}
 	checks := in.plugin.Checks()
 	srv := httptest.NewServer(probe.Handler(checks, probe.Options{Metrics: http.NotFoundHandler()}))
 	defer srv.Close()
