@@ -1,17 +1,25 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/cdi-exec/plugins/internal/chardev"
+	kubeinv "github.com/cdi-exec/plugins/internal/kubelet/inventory"
 	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/test/fixture"
+	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
 // kvmUnlimitedConf is a generic config of /dev/kvm that any number of
@@ -222,5 +230,70 @@ func TestCdictlDevicesUnlimited(t *testing.T) {
 	n.ctl("devices", "kvm", "-o", "json").json(t, &out)
 	if d := out.Plugins[0].Devices[0]; d.Shares != 0 || !d.Unlimited || strings.Join(d.Holders, ",") != "vm-1,vm-2,vm-2" {
 		t.Fatalf("devices JSON: %+v", out)
+	}
+}
+
+// The device-plugin mode, which has no API client, offers a unit of
+// unlimited shares as the kubelet's default --max-pods, 110 device ids,
+// kvm, kvm-s1, ..., kvm-s109; a container allocated two of them holds
+// one share, as with numbered shares.
+func TestKubeletPluginGenericUnlimited(t *testing.T) {
+	needRealNodes(t)
+	n := newCtlNode(t, fixture.Host{Misc: []fixture.Misc{fixture.KVM}}, map[string]string{"kvm.d/generic.conf": kvmUnlimitedConf})
+	k := kubelettest.Start(t)
+	cmd := exec.Command(filepath.Join(binDir, "cdi-kubelet-plugin"), "device-plugin",
+		"--conf-dir", n.conf, "--kubelet-dir", k.Root, "--cdi-spec-dir", filepath.Join(t.TempDir(), "cdi"), "--resource-prefix", "example.com")
+	cmd.Env = []string{"CDI_PATH=" + binDir, "CDI_STATE_DIR=" + n.state, "CDI_HOST_ROOT=" + n.root}
+	var logs kubelettest.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var reg *api.RegisterRequest
+	select {
+	case reg = <-k.Registrations:
+	case <-time.After(time.Minute):
+		t.Fatalf("no registration within a minute:\n%s", logs.String())
+	}
+	c := k.Dial(reg.Endpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := c.ListAndWatch(ctx, &api.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids, want []string
+	for _, d := range first.Devices {
+		if d.Health == api.Healthy {
+			ids = append(ids, d.ID)
+		}
+	}
+	for i := range kubeinv.DefaultMaxPods {
+		want = append(want, kubeinv.ShareKey("kvm", i))
+	}
+	want[0] = "kvm"
+	if !slices.Equal(ids, want) {
+		t.Fatalf("%d devices %v, want %d", len(ids), ids, len(want))
+	}
+	resp, err := c.Allocate(ctx, &api.AllocateRequest{ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: []string{"kvm-s7", "kvm-s9"}}}})
+	if err != nil {
+		t.Fatalf("Allocate: %v\n%s", err, logs.String())
+	}
+	if cdi := resp.ContainerResponses[0].CdiDevices; len(cdi) != 1 {
+		t.Fatalf("Allocate: CDI devices %v", cdi)
+	}
+	recs := n.records("generic")
+	if len(recs) != 1 {
+		t.Fatalf("records %v", recs)
+	}
+	for _, rec := range recs {
+		if got := shareKeys(rec); !slices.Equal(got, []string{"kvm"}) {
+			t.Errorf("the allocation holds %v", got)
+		}
 	}
 }
