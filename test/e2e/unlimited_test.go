@@ -297,3 +297,18 @@ func TestKubeletPluginGenericUnlimited(t *testing.T) {
 		}
 	}
 }
+
+// cdictl info sums a type's capacity over its configs, stopping at the
+// most a count can be: two configs of unlimited kvm are 2147483647.
+func TestCdictlInfoUnlimited(t *testing.T) {
+	needRealNodes(t)
+	n := newCtlNode(t, fixture.Host{Misc: []fixture.Misc{fixture.KVM}}, map[string]string{
+		"kvm.d/a.conf": kvmUnlimitedConf,
+		"kvm.d/b.conf": strings.Replace(kvmUnlimitedConf, `"name":"kvm"`, `"name":"kvm2"`, 1),
+	})
+	var out map[string]any
+	n.ctl("info", "kvm", "-o", "json").json(t, &out)
+	if out["kvm"] != float64(math.MaxInt32) {
+		t.Fatalf("info: %v", out)
+	}
+}
