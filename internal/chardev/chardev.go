@@ -3,8 +3,8 @@
 // selects under /dev and sysfs, makes them into units (a node, or the
 // nodes of one USB device or PCI function), places each at the PCI
 // function it is or hangs off, checks the chosen ones live, and answers
-// pool's interfaces (Discoverer, Lister, Placer, Permitter), so that a
-// plugin is its config parsing and a pool.Pool.
+// pool's interfaces (Discoverer, Counter, Lister, Placer, Permitter), so
+// that a plugin is its config parsing and a pool.Pool.
 //
 // The files follow the concerns: chardev.go (the rules and pool's
 // interfaces), scan.go (nodes, units, keys, order).
