@@ -161,6 +161,10 @@ func deviceRows(out []devicesEntry) [][]string {
 				state = "held by " + d.HeldBy
 			case !d.Usable:
 				state = "unusable: " + d.Reason
+			case d.Unlimited && len(d.Holders) > 0:
+				state = fmt.Sprintf("%d of unlimited shares held by %s", len(d.Holders), shareHolders(d.Holders))
+			case d.Unlimited:
+				state = "free (unlimited shares)"
 			case d.Shares > 1 && len(d.Holders) > 0:
 				state = fmt.Sprintf("%d of %d shares held by %s", len(d.Holders), d.Shares, shareHolders(d.Holders))
 			case d.Shares > 1:

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -42,7 +43,7 @@ func (a *app) info(args []string) int {
 	sources := map[string][]string{}
 	for _, e := range out {
 		for k, n := range e.caps {
-			total[k] += n
+			total[k] = min(total[k]+n, math.MaxInt32) // a count's most, as a plugin's (a unit of unlimited shares)
 			sources[k] = append(sources[k], e.Plugin)
 		}
 	}

@@ -3,8 +3,8 @@
 // selects under /dev and sysfs, makes them into units (a node, or the
 // nodes of one USB device or PCI function), places each at the PCI
 // function it is or hangs off, checks the chosen ones live, and answers
-// pool's interfaces (Discoverer, Lister, Placer, Permitter), so that a
-// plugin is its config parsing and a pool.Pool.
+// pool's interfaces (Discoverer, Counter, Lister, Placer, Permitter), so
+// that a plugin is its config parsing and a pool.Pool.
 //
 // The files follow the concerns: chardev.go (the rules and pool's
 // interfaces), scan.go (nodes, units, keys, order).
@@ -12,6 +12,7 @@ package chardev
 
 import (
 	"context"
+	"math"
 
 	"github.com/cdi-exec/plugins/internal/alloc"
 	"github.com/cdi-exec/plugins/internal/sysfs"
@@ -56,12 +57,25 @@ type Rule struct {
 	USB *USB
 	// Group is GroupNode, GroupUSB or GroupPCI.
 	Group string
-	// Shares is how many requests may hold a unit at once (at least 1).
+	// Shares is how many requests may hold a unit at once: at least 1,
+	// or Unlimited.
 	Shares int
 	// Permissions are the CDI device-node permissions of the unit's
 	// nodes ("rw"); "" for the runtime's default.
 	Permissions string
 }
+
+// Unlimited as a rule's Shares lets any number of requests hold a unit
+// at once. Its shares are store slots like any others, but only the held
+// ones exist: discovery lists those the request holds and the free ones
+// it can take (Discover), and INFO counts the unit as math.MaxInt32.
+const Unlimited = -1
+
+// MaxTake bounds how many free shares of a unit of Unlimited shares one
+// ADD is offered: a request may hold at most that many of one unit,
+// where a request of more would make discovery list, and the store
+// record, shares without end.
+const MaxTake = 1024
 
 // Reserve keeps the devices of a family numbered below Below for the
 // host, for the reason DEVICES gives.
@@ -106,7 +120,9 @@ func New(hostRoot string, rules []Rule) *Engine {
 // unit; share i of unit u is store key pool.ShareKey(u.key, i). Shares
 // held by other requests are left out before the unit's node is looked
 // at; indices put share 0 of every unit before share 1 of any, so that
-// requests spread over units before they share one.
+// requests spread over units before they share one. A unit of Unlimited
+// shares lists the shares the request holds (scan.Own) and the first
+// scan.Need free ones (at most MaxTake), scanning share 0, 1, 2, ...
 func (e *Engine) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]pool.Device, error) {
 	units, err := e.scan()
 	if err != nil {
@@ -122,14 +138,10 @@ func (e *Engine) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 		}
 		r := &e.rules[u.rule]
 		var nodes []string
-		for s := range r.Shares {
-			key := pool.ShareKey(u.key, s)
-			if scan.Skipped(key) {
-				continue
-			}
+		add := func(key string, s int) bool {
 			if nodes == nil {
 				if r.Family != "" && !e.host.NodeExists(u.nodes[0].devname) {
-					break
+					return false
 				}
 				nodes = make([]string, len(u.nodes))
 				for i, n := range u.nodes {
@@ -138,9 +150,71 @@ func (e *Engine) Discover(_ context.Context, _ *skel.Call, scan pool.Scan) ([]po
 			}
 			devs = append(devs, pool.Device{Key: key, Index: s*len(units) + ui, NUMA: alloc.Unknown,
 				Nodes: nodes, Live: live{e.host, u}})
+			return true
+		}
+		if r.Shares == Unlimited {
+			unlimited(u.key, scan, add)
+			continue
+		}
+		for s := range r.Shares {
+			key := pool.ShareKey(u.key, s)
+			if scan.Skipped(key) {
+				continue
+			}
+			if !add(key, s) {
+				break
+			}
 		}
 	}
 	return devs, nil
+}
+
+// unlimited lists the shares of a unit of Unlimited shares that an ADD
+// can use (Discover): those the request holds, then the first free ones,
+// as many as it can take. Nothing else of the unit is read, so a unit
+// costs one index lookup per share scanned, whatever the number held.
+func unlimited(unit string, scan pool.Scan, add func(key string, s int) bool) {
+	for _, key := range scan.Own {
+		if u, s := pool.ShareOf(key); u == unit {
+			add(key, s)
+		}
+	}
+	want := min(scan.Need, MaxTake)
+	for s, free := 0, 0; free < want; s++ {
+		key := pool.ShareKey(unit, s)
+		if scan.Held(key) { // by another request, or by this one (Own)
+			continue
+		}
+		add(key, s)
+		free++
+	}
+}
+
+// Capacity implements pool.Counter: the shares of the usable units, as
+// Discover would list them free, a unit of Unlimited shares counting
+// math.MaxInt32, and the sum never more (INFO's count is a 32-bit
+// integer).
+func (e *Engine) Capacity(context.Context, *skel.Call) (int, error) {
+	units, err := e.scan()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, u := range units {
+		if !u.usable() {
+			continue
+		}
+		r := &e.rules[u.rule]
+		if r.Family != "" && !e.host.NodeExists(u.nodes[0].devname) {
+			continue
+		}
+		shares := r.Shares
+		if shares == Unlimited {
+			shares = math.MaxInt32
+		}
+		n = min(n+shares, math.MaxInt32)
+	}
+	return n, nil
 }
 
 // remember keeps the rule of each unit found, for Permissions.
@@ -242,7 +316,10 @@ func (e *Engine) info(u *unit) protocol.DeviceInfo {
 	for i, n := range u.nodes {
 		d.Nodes[i] = "/dev/" + n.devname
 	}
-	if shares := e.rules[u.rule].Shares; shares > 1 {
+	switch shares := e.rules[u.rule].Shares; {
+	case shares == Unlimited:
+		d.Unlimited = true
+	case shares > 1:
 		d.Shares = shares
 	}
 	first := u.nodes[0]

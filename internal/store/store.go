@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"os"
 	"path/filepath"
@@ -333,6 +334,13 @@ func (t *Tx) ID() string { return string(t.tx.Bucket(bucketMeta).Get(keyID)) }
 
 // Holder returns the request-id holding the device key, or "".
 func (t *Tx) Holder(key string) string { return t.v.devs[key] }
+
+// Held returns every device key that a request-id holds, with its
+// holder, from the index: for a caller that cannot name the keys it asks
+// about (the shares of a unit of unlimited shares, which are as many as
+// are held). The order is unspecified; the transaction must not write
+// while it runs.
+func (t *Tx) Held() iter.Seq2[string, string] { return maps.All(t.v.devs) }
 
 // Put writes the record and indexes its devices. A device already held by
 // another request-id is refused, so the store can never double-book.

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,6 +57,9 @@ func TestPutGetDelete(t *testing.T) {
 		}
 		if tx.Holder("k3") != "b" || tx.Holder("k9") != "" {
 			return errors.New("holder index wrong")
+		}
+		if held := maps.Collect(tx.Held()); !maps.Equal(held, map[string]string{"k1": "a", "k2": "a", "k3": "b"}) {
+			return fmt.Errorf("held %v", held)
 		}
 		if p := tx.Check(); len(p) != 0 {
 			return fmt.Errorf("check: %v", p)

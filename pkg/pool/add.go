@@ -41,11 +41,12 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 	a := p.adder(s)
 	err = s.st.Update(func(tx *store.Tx) error {
 		a.holder = tx.Holder
-		if err := a.discover(false); err != nil {
-			return err
-		}
 		rec, err := a.record(tx)
 		if err != nil {
+			return err
+		}
+		a.own = keys(rec)
+		if err := a.discover(false); err != nil {
 			return err
 		}
 		// A record made without an owner (before owners were kept) takes
@@ -95,6 +96,7 @@ type adder struct {
 	pool   Pool
 	pick   picker
 	holder func(key string) string // the store's index, in the transaction
+	own    []string                // the keys the request holds (Scan.Own)
 
 	devs      []Device          // devices discovered, in discovery order
 	present   map[string]Device // the same, by key
@@ -148,7 +150,8 @@ func (a *adder) free(key string) bool { return !a.taken[key] && a.holder(key) ==
 // a replay reports their current names. rescan asks discovery to read the
 // host rather than a cache.
 func (a *adder) discover(rescan bool) error {
-	scan := Scan{NUMA: true, Holder: a.holder, RequestID: a.call.RequestID, Rescan: rescan}
+	scan := Scan{NUMA: true, Holder: a.holder, RequestID: a.call.RequestID, Rescan: rescan,
+		Need: need(a.call.Request), Own: a.own}
 	devs, err := a.pool.discover(a.work, a.call, scan)
 	if err != nil {
 		return err
@@ -160,6 +163,25 @@ func (a *adder) discover(rescan bool) error {
 		a.present[d.Key] = d
 	}
 	return nil
+}
+
+// need is how many devices a request can take: the sum of its items'
+// amounts.
+func need(r request.Request) int {
+	n := 0
+	for _, it := range r.Items {
+		n += it.Amount
+	}
+	return n
+}
+
+// keys are the device keys a record holds, nil for none.
+func keys(rec *store.Record) []string {
+	var out []string
+	for _, d := range rec.Devices() {
+		out = append(out, d.Key)
+	}
+	return out
 }
 
 // replay answers an item the request already holds, which must be asked

@@ -110,3 +110,17 @@ func ShareKey(key string, i int) string {
 	}
 	return key + "/" + strconv.Itoa(i)
 }
+
+// ShareOf is the inverse of ShareKey: the device a store key stands for
+// (Unit) and the share it is, 0 for a key of no share.
+func ShareOf(key string) (unit string, i int) {
+	unit, n, ok := strings.Cut(key, "/")
+	if !ok {
+		return key, 0
+	}
+	i, err := strconv.Atoi(n)
+	if err != nil || i < 1 {
+		return unit, 0 // not a key ShareKey makes
+	}
+	return unit, i
+}

@@ -142,3 +142,22 @@ func TestPinned(t *testing.T) {
 		})
 	}
 }
+
+// ShareOf undoes ShareKey; a key of no share is share 0 of itself.
+func TestShareOf(t *testing.T) {
+	for _, tt := range []struct {
+		key  string
+		unit string
+		i    int
+	}{
+		{"kvm", "kvm", 0},
+		{ShareKey("kvm", 1), "kvm", 1},
+		{ShareKey("1a86:7523:A5", 4096), "1a86:7523:A5", 4096},
+		{"kvm/x", "kvm", 0},
+		{"kvm/0", "kvm", 0},
+	} {
+		if unit, i := ShareOf(tt.key); unit != tt.unit || i != tt.i {
+			t.Errorf("ShareOf(%q) = %q, %d; want %q, %d", tt.key, unit, i, tt.unit, tt.i)
+		}
+	}
+}

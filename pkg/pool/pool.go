@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cdi-exec/plugins/internal/alloc"
@@ -195,6 +196,14 @@ type Scan struct {
 	// Rescan asks for the host to be read again rather than a cache:
 	// a device chosen from the last answer failed its live check.
 	Rescan bool
+	// Need is how many devices the ADD can take: the sum of its request
+	// items' amounts (a pinned ADD's is the number of keys it names); 0
+	// when the command takes none. Own are the keys RequestID holds now.
+	// A discoverer that cannot list every device lists, of such a unit,
+	// Own and Need free ones (the generic plugin's unit of unlimited
+	// shares, whose shares are as many as are held).
+	Need int
+	Own  []string
 }
 
 // Held reports whether any request holds key.
@@ -320,15 +329,19 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 	}
 	defer st.Close()
 	err = st.View(func(tx *store.Tx) error {
+		unlimited := unlimitedHolders(tx, devs)
 		for i := range devs {
 			d := &devs[i]
-			if d.Shares <= 1 {
+			switch {
+			case d.Unlimited:
+				d.Holders = unlimited[d.Key]
+			case d.Shares <= 1:
 				d.HeldBy = tx.Holder(d.Key)
-				continue
-			}
-			for s := range d.Shares { // one entry per held share
-				if h := tx.Holder(ShareKey(d.Key, s)); h != "" {
-					d.Holders = append(d.Holders, h)
+			default:
+				for s := range d.Shares { // one entry per held share
+					if h := tx.Holder(ShareKey(d.Key, s)); h != "" {
+						d.Holders = append(d.Holders, h)
+					}
 				}
 			}
 		}
@@ -338,6 +351,40 @@ func (p Pool) Devices(ctx context.Context, c *skel.Call) ([]protocol.DeviceInfo,
 		return nil, storeError(err)
 	}
 	return devs, nil
+}
+
+// unlimitedHolders returns the holders of the shares of each unit of
+// unlimited shares among devs, in share order, by the unit's key: its
+// shares are as many as are held, so they are read from the store's
+// index, one pass for all of them, and nothing when devs has none.
+func unlimitedHolders(tx *store.Tx, devs []protocol.DeviceInfo) map[string][]string {
+	type share struct {
+		i      int
+		holder string
+	}
+	shares := map[string][]share{}
+	for _, d := range devs {
+		if d.Unlimited {
+			shares[d.Key] = nil
+		}
+	}
+	if len(shares) == 0 {
+		return nil
+	}
+	for key, id := range tx.Held() {
+		unit, i := ShareOf(key)
+		if held, ok := shares[unit]; ok {
+			shares[unit] = append(held, share{i, id})
+		}
+	}
+	out := make(map[string][]string, len(shares))
+	for unit, held := range shares {
+		slices.SortFunc(held, func(a, b share) int { return a.i - b.i })
+		for _, s := range held {
+			out[unit] = append(out[unit], s.holder)
+		}
+	}
+	return out
 }
 
 // session is one command's hold on the store: the call, the open store

@@ -33,6 +33,8 @@ type host struct {
 type scanned struct {
 	numa, store   bool
 	skipped, held []string // device keys
+	need          int
+	own           []string
 }
 
 // gpus returns n devices g0..g(n-1) with the given NUMA nodes, each with
@@ -49,7 +51,7 @@ func gpus(numa ...int) *host {
 // discover behaves as the plugins' discovery: devices other requests hold
 // are skipped, and the others resolve their final node names lazily.
 func (h *host) discover(_ context.Context, _ *skel.Call, scan Scan) ([]Device, error) {
-	seen := scanned{numa: scan.NUMA, store: scan.Holder != nil}
+	seen := scanned{numa: scan.NUMA, store: scan.Holder != nil, need: scan.Need, own: scan.Own}
 	defer func() { h.scans = append(h.scans, seen) }()
 	var out []Device
 	for _, d := range h.devs {
@@ -379,6 +381,42 @@ func TestScanSkipsOthersHeldDevices(t *testing.T) {
 	}
 	if s := e.host.scans[1]; s.numa || s.store {
 		t.Errorf("INFO's scan %+v reads NUMA or the store", s)
+	}
+}
+
+// TestScanNeedAndOwn: ADD tells discovery how many devices the request
+// can take, the sum of its items' amounts, and which keys it holds, for a
+// discoverer that lists only some (a unit of unlimited shares); INFO
+// neither.
+func TestScanNeedAndOwn(t *testing.T) {
+	e := newEnv(t, gpus(0, 0, 0, 0, 0, 0))
+	e.run(0, step{id: "a", request: "gpu:2", devices: []string{"/dev/g0", "/dev/g1"}, local: []int{0}})
+	e.host.scans = nil
+	if _, err := e.pool.Add(context.Background(), e.call(protocol.CmdAdd, "b", "gpu:1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.host.scans[0]; s.need != 1 || len(s.own) != 0 {
+		t.Errorf("a new request's scan: need %d, own %v; want 1, none", s.need, s.own)
+	}
+	if _, err := e.pool.Add(context.Background(), e.call(protocol.CmdAdd, "a", "gpu:2", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.host.scans[1]; s.need != 2 || !slices.Equal(s.own, []string{"g0", "g1"}) {
+		t.Errorf("a replay's scan: need %d, own %v; want 2, g0 and g1", s.need, s.own)
+	}
+	two := e.call(protocol.CmdAdd, "c", "gpu:1", nil)
+	two.Request.Items = append(two.Request.Items, request.Item{Spec: request.Spec{Type: "gpu", Subtype: "x"}, Amount: 2})
+	if _, err := e.pool.Add(context.Background(), two); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.host.scans[2]; s.need != 3 {
+		t.Errorf("gpu:1,gpu-x:2's scan: need %d, want 3", s.need)
+	}
+	if _, err := e.pool.Info(context.Background(), e.call(protocol.CmdInfo, "", "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.host.scans[3]; s.need != 0 || s.own != nil {
+		t.Errorf("INFO's scan: need %d, own %v", s.need, s.own)
 	}
 }
 

@@ -51,4 +51,12 @@ type DeviceInfo struct {
 	// empty.
 	Shares  int      `json:"shares,omitempty"`
 	Holders []string `json:"holders,omitempty"`
+	// Unlimited says that any number of requests may hold the device at
+	// once (a generic rule's "shares": "unlimited"): Shares is then left
+	// out, and Holders lists the holder of each held share as above.
+	Unlimited bool `json:"unlimited,omitempty"`
 }
+
+// Shared reports whether more than one request may hold the device at
+// once: Holders, not HeldBy, then says who holds it.
+func (d DeviceInfo) Shared() bool { return d.Unlimited || d.Shares > 1 }

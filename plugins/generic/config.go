@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/cdi-exec/plugins/internal/chardev"
@@ -35,8 +38,9 @@ type ruleArgs struct {
 	// Group is "node" (default: each node a unit), "usb" (the nodes of
 	// one USB device are one unit) or "pci" (those of one PCI function).
 	Group string `json:"group"`
-	// Shares is how many requests may hold a unit at once (default 1).
-	Shares *int `json:"shares"`
+	// Shares is how many requests may hold a unit at once: a number
+	// (default 1) or "unlimited" (shares).
+	Shares json.RawMessage `json:"shares"`
 	// Permissions are the CDI device-node permissions of the unit's
 	// nodes: "r", "w", "m" in that order ("rw", "rwm"); default the
 	// runtime's, "rwm".
@@ -137,6 +141,7 @@ func (ra ruleArgs) validate(at string) (chardev.Rule, error) {
 	case ra.Names != nil && len(ra.Names) == 0:
 		return r, configError(at+".names", errors.New(`empty: leave "names" out to select every name of the class`))
 	}
+	var err error
 	for j, p := range ra.Paths {
 		rel, err := devGlob(p)
 		if err != nil {
@@ -160,7 +165,6 @@ func (ra ruleArgs) validate(at string) (chardev.Rule, error) {
 	}
 	if ra.USB != nil {
 		u := *ra.USB
-		var err error
 		if u.Vendor, err = usbID(u.Vendor); err != nil {
 			return r, configError(at+".usb.vendor", err)
 		}
@@ -182,16 +186,37 @@ func (ra ruleArgs) validate(at string) (chardev.Rule, error) {
 	default:
 		return r, configError(at+".group", fmt.Errorf("%q is not %q, %q or %q", ra.Group, chardev.GroupNode, chardev.GroupUSB, chardev.GroupPCI))
 	}
-	if ra.Shares != nil {
-		r.Shares = *ra.Shares
-		if r.Shares < 1 || r.Shares > maxShares {
-			return r, configError(at+".shares", fmt.Errorf("%d is not from 1 to %d", r.Shares, maxShares))
-		}
+	if r.Shares, err = shares(ra.Shares); err != nil {
+		return r, configError(at+".shares", err)
 	}
 	if ra.Permissions != "" && !validPermissions(ra.Permissions) {
 		return r, configError(at+".permissions", fmt.Errorf("%q is not CDI device permissions: some of r, w, m, in that order, such as \"rw\"", ra.Permissions))
 	}
 	return r, nil
+}
+
+// unlimited is the shares arg that lets any number of requests hold a
+// unit at once.
+const unlimited = "unlimited"
+
+// shares parses a rule's shares arg: a whole number from 1 to maxShares,
+// or "unlimited" (chardev.Unlimited); absent or null is 1.
+func shares(raw json.RawMessage) (int, error) {
+	v := bytes.TrimSpace(raw)
+	if len(v) == 0 || string(v) == "null" {
+		return 1, nil
+	}
+	if v[0] == '"' {
+		var str string
+		if err := json.Unmarshal(v, &str); err == nil && str == unlimited {
+			return chardev.Unlimited, nil
+		}
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < 1 || n > maxShares {
+		return 0, fmt.Errorf("%s is not from 1 to %d or %q", v, maxShares, unlimited)
+	}
+	return n, nil
 }
 
 // devGlob checks a path glob under /dev and returns it relative to /dev.

@@ -50,7 +50,17 @@ func TestParseArgs(t *testing.T) {
 		{"empty usb", `{"rules":[{"paths":["/dev/ttyUSB*"],"usb":{}}]}`, `args.rules[0].usb: empty`},
 		{"empty serial", `{"rules":[{"paths":["/dev/ttyUSB*"],"usb":{"serial":""}}]}`, `args.rules[0].usb.serial: empty`},
 		{"bad group", `{"rules":[{"paths":["/dev/video*"],"group":"device"}]}`, `args.rules[0].group: "device" is not`},
-		{"zero shares", `{"rules":[{"paths":["/dev/kvm"],"shares":0}]}`, `args.rules[0].shares: 0 is not from 1 to 1024`},
+		{"zero shares", `{"rules":[{"paths":["/dev/kvm"],"shares":0}]}`, `args.rules[0].shares: 0 is not from 1 to 1024 or "unlimited"`},
+		{"unlimited shares", `{"rules":[{"paths":["/dev/kvm"],"shares":"unlimited"}]}`, ""},
+		{"null shares", `{"rules":[{"paths":["/dev/kvm"],"shares":null}]}`, ""},
+		{"most shares", `{"rules":[{"paths":["/dev/kvm"],"shares":1024}]}`, ""},
+		{"too many shares", `{"rules":[{"paths":["/dev/kvm"],"shares":1025}]}`, `args.rules[0].shares: 1025 is not from 1 to 1024 or "unlimited"`},
+		{"negative shares", `{"rules":[{"paths":["/dev/kvm"],"shares":-1}]}`, `args.rules[0].shares: -1 is not from 1 to 1024 or "unlimited"`},
+		{"fractional shares", `{"rules":[{"paths":["/dev/kvm"],"shares":2.5}]}`, `args.rules[0].shares: 2.5 is not from 1 to 1024 or "unlimited"`},
+		{"shares as a string", `{"rules":[{"paths":["/dev/kvm"],"shares":"3"}]}`, `args.rules[0].shares: "3" is not from 1 to 1024 or "unlimited"`},
+		{"shares capitalised", `{"rules":[{"paths":["/dev/kvm"],"shares":"Unlimited"}]}`, `args.rules[0].shares: "Unlimited" is not from 1 to 1024 or "unlimited"`},
+		{"shares a bool", `{"rules":[{"paths":["/dev/kvm"],"shares":true}]}`, `args.rules[0].shares: true is not from 1 to 1024 or "unlimited"`},
+		{"shares an object", `{"rules":[{"paths":["/dev/kvm"],"shares":{"n":2}}]}`, `args.rules[0].shares: {"n":2} is not`},
 		{"bad permissions", `{"rules":[{"paths":["/dev/kvm"],"permissions":"wr"}]}`, `args.rules[0].permissions: "wr" is not CDI device permissions`},
 		{"same paths twice", `{"rules":[{"paths":["/dev/kvm"]},{"paths":["/dev/fuse","/dev/kvm"],"shares":2}]}`, `args.rules[1].paths[1]: selects the same devices as rules[0].paths[0]`},
 		{"same class twice", `{"rules":[{"class":"hidraw"},{"class":"hidraw","group":"usb"}]}`, `args.rules[1].class: selects the same devices as rules[0].class`},
@@ -87,6 +97,20 @@ func TestParseArgsNormalises(t *testing.T) {
 	}
 }
 
+func TestParseShares(t *testing.T) {
+	for args, want := range map[string]int{
+		`{"rules":[{"paths":["/dev/kvm"]}]}`:                        1,
+		`{"rules":[{"paths":["/dev/kvm"],"shares":null}]}`:          1,
+		`{"rules":[{"paths":["/dev/kvm"],"shares":7}]}`:             7,
+		`{"rules":[{"paths":["/dev/kvm"],"shares": "unlimited" }]}`: chardev.Unlimited,
+	} {
+		cfg, err := parse(args)
+		if err != nil || cfg.rules[0].Shares != want {
+			t.Errorf("%s: shares %v, %v; want %d", args, cfg.rules, err, want)
+		}
+	}
+}
+
 // FuzzParseArgs checks that any args either parse into rules that obey
 // their limits or are refused with code 101 naming a member of the args,
 // never a panic.
@@ -94,6 +118,8 @@ func FuzzParseArgs(f *testing.F) {
 	for _, s := range []string{
 		`{"rules":[{"paths":["/dev/kvm"],"shares":3,"permissions":"rw"}]}`,
 		`{"rules":[{"class":"video4linux","names":["video*"],"group":"usb","usb":{"vendor":"046d","serial":"x"}}]}`,
+		`{"rules":[{"paths":["/dev/kvm"],"shares":"unlimited"}]}`, `{"rules":[{"paths":["/dev/kvm"],"shares":"unlimite"}]}`,
+		`{"rules":[{"paths":["/dev/kvm"],"shares":1e3}]}`,
 		`{"rules":[{"paths":["/dev/tty["]}]}`, `{"rules":[{}]}`, `{}`, `[]`, `{"rules":[{"paths":["/dev/a"]},{"paths":["/dev/a"]}]}`,
 	} {
 		f.Add(s)
@@ -111,7 +137,7 @@ func FuzzParseArgs(f *testing.F) {
 			t.Fatalf("parse(%q): no rules", s)
 		}
 		for _, r := range cfg.rules {
-			if r.Shares < 1 || r.Shares > maxShares || (len(r.Paths) == 0) == (r.Class == "") {
+			if (r.Shares < 1 || r.Shares > maxShares) && r.Shares != chardev.Unlimited || (len(r.Paths) == 0) == (r.Class == "") {
 				t.Fatalf("parse(%q): rule %+v", s, r)
 			}
 			for _, p := range r.Paths {

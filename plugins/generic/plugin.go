@@ -13,7 +13,9 @@ const name = "generic"
 var about = skel.About{Name: name, Summary: "hands the device nodes its rules select to containers", SharedKeys: true, New: newPlugin}
 
 // plugin is the rules' engine (internal/chardev) under pool.Pool. Share i
-// of a unit is its store key pool.ShareKey(key, i).
+// of a unit is its store key pool.ShareKey(key, i). The engine counts
+// INFO's capacity itself (a unit of unlimited shares lists only the
+// shares an ADD can use).
 type plugin struct {
 	pool.Pool
 }
@@ -30,5 +32,5 @@ func newPlugin(c *skel.Call) (skel.Plugin, error) {
 	}
 	e := chardev.New(c.Env.HostRoot, cfg.rules)
 	return &plugin{pool.Pool{Name: name, Spec: spec, Strict: cfg.strict,
-		Discoverer: e, Lister: e, Placer: e, Permitter: e}}, nil
+		Discoverer: e, Counter: e, Lister: e, Placer: e, Permitter: e}}, nil
 }

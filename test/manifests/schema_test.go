@@ -210,6 +210,9 @@ func TestChartJudgesArgsAsThePlugin(t *testing.T) {
 	vf := func(args string) string {
 		return `{"cdiVersion":"0.0.2","name":"v","type":"probe","plugin":"sriov","args":` + args + `}`
 	}
+	kvm := func(shares string) string {
+		return `{"cdiVersion":"0.0.2","name":"k","type":"probe","plugin":"generic","args":{"rules":[{"paths":["/dev/kvm"],"shares":` + shares + `}]}}`
+	}
 	for _, tc := range []struct {
 		config string
 		ok     bool
@@ -261,6 +264,14 @@ func TestChartJudgesArgsAsThePlugin(t *testing.T) {
 		{vf(`{"pf_vendorid_whitelist":["0x8086"],"num_vfs":1,"setup_timeout":"soon"}`), false},
 		{vf(`{"pf_vendorid_whitelist":["0x8086"],"num_vfs":1,"delegate":{"plugin":"../drm"}}`), false},
 		{vf(`{"pf_vendorid_whitelist":["0x8086"],"num_vfs":1,"vf_driver":"a/b"}`), false},
+		{kvm(`8`), true},
+		{kvm(`1024`), true},
+		{kvm(`"unlimited"`), true},
+		{kvm(`0`), false},
+		{kvm(`1025`), false},
+		{kvm(`"8"`), false},
+		{kvm(`"Unlimited"`), false},
+		{kvm(`true`), false},
 	} {
 		plugin, perr := pluginAccepts(t, bin, []byte(tc.config))
 		// A type of its own: the defaults' args would merge into a

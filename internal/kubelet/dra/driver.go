@@ -95,6 +95,13 @@ type publisher struct {
 	// allowMultipleAllocations (dropped).
 	consumable bool
 	poke       chan struct{} // wakes the poll (dropped)
+	// podsEvery is how often, at most, the node's allocatable pods are
+	// read while a unit of unlimited shares exists (podsOfNode);
+	// podsRead when they were last asked for, podsFailing whether that
+	// failed (logged once).
+	podsEvery   time.Duration
+	podsRead    time.Time
+	podsFailing bool
 }
 
 // lifecycle prepares and unprepares the claims allocated devices of one
@@ -156,7 +163,7 @@ func newDriver(typ string, confs []caller.Config, opt Options) (*driver, error) 
 			name: name, node: opt.NodeName, effect: opt.TaintEffect, every: opt.Poll, client: opt.Client,
 			poller: poller, log: log, metrics: opt.Metrics,
 			unnamed: map[string]bool{}, known: map[string]resourceapi.Device{}, unhealthy: map[string]unhealthy{},
-			changed: make(chan struct{}), consumable: true, poke: make(chan struct{}, 1),
+			changed: make(chan struct{}), consumable: true, poke: make(chan struct{}, 1), podsEvery: podsEvery,
 		},
 		lifecycle: &lifecycle{
 			name: name, typ: typ, node: opt.NodeName, confs: confs, caller: opt.Caller, client: opt.Client,

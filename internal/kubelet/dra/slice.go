@@ -2,17 +2,21 @@ package dra
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
 	"unicode"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -86,6 +90,7 @@ func (pb *publisher) refresh(ctx context.Context, claims claimed) {
 	if !ok {
 		return
 	}
+	pb.podsOfNode(ctx)
 	held, err := claims.claimed(ctx)
 	if err != nil {
 		pb.log.Error("cannot read the claim records; slice left as it is", "err", err)
@@ -114,6 +119,69 @@ func (pb *publisher) refresh(ctx context.Context, claims claimed) {
 			pb.log.Error("publishing the slice failed", "err", err)
 		}
 	}
+}
+
+// podsEvery bounds how often the publisher reads its node's allocatable
+// pods: once a minute at most, on the poll's cadence.
+const podsEvery = time.Minute
+
+// podsOfNode makes a unit of unlimited shares (DEVICES unlimited) as many
+// shares as the node's allocatable pods, status.allocatable["pods"], as
+// no more pods than that run on it: the poller's SetUnlimitedShares.
+// While the plugins report such a unit it reads the node, its own by name
+// (a GET, never a list or watch), at most every podsEvery, and not at all
+// otherwise. Until the node is read it stays inventory.DefaultMaxPods
+// (the kubelet's default), and a failed read keeps the last value; the
+// first failure is logged, and the recovery. A change shows in the slice
+// that refresh then publishes.
+func (pb *publisher) podsOfNode(ctx context.Context) {
+	if !pb.poller.Unlimited() {
+		return
+	}
+	pb.mu.Lock()
+	due := pb.client != nil && (pb.podsRead.IsZero() || time.Since(pb.podsRead) >= pb.podsEvery)
+	if due {
+		pb.podsRead = time.Now()
+	}
+	pb.mu.Unlock()
+	if !due {
+		return
+	}
+	pods, err := allocatablePods(ctx, pb.client, pb.node)
+	pb.mu.Lock()
+	failing := pb.podsFailing
+	pb.podsFailing = err != nil
+	pb.mu.Unlock()
+	switch {
+	case err != nil && !failing:
+		pb.log.Warn("cannot read the node's allocatable pods: units of unlimited shares keep their shares",
+			"shares", pb.poller.UnlimitedShares(), "err", err)
+		return
+	case err != nil:
+		return
+	case failing:
+		pb.log.Info("the node's allocatable pods can be read again", "pods", pods)
+	}
+	if pb.poller.SetUnlimitedShares(pods) {
+		pb.log.Info("units of unlimited shares are offered as the node's allocatable pods", "shares", pods)
+	}
+}
+
+// allocatablePods reads status.allocatable["pods"] of the node by name.
+func allocatablePods(ctx context.Context, client kubernetes.Interface, node string) (int, error) {
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	q, ok := n.Status.Allocatable[corev1.ResourcePods]
+	if !ok {
+		return 0, fmt.Errorf("node %s has no allocatable pods in its status", node)
+	}
+	pods, ok := q.AsInt64()
+	if !ok || pods < 1 || pods > math.MaxInt32 {
+		return 0, fmt.Errorf("node %s: allocatable pods %s is not a count from 1 to %d", node, q.String(), math.MaxInt32)
+	}
+	return int(pods), nil
 }
 
 // dropped hears that the API server dropped fields of a slice. When it

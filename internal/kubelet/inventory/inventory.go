@@ -49,6 +49,39 @@ type Inventory struct {
 // units"): <key>-s<i>. Share 0 is the unit's own key.
 func ShareKey(key string, i int) string { return fmt.Sprintf("%s-s%d", key, i) }
 
+// DefaultMaxPods is the kubelet's default --max-pods (110): the shares
+// a unit of unlimited shares (DEVICES unlimited) is offered as when the
+// node's allocatable pods are not known, which is always in the
+// device-plugin mode (it has no API client) and in the DRA mode until
+// its node is read.
+const DefaultMaxPods = 110
+
+// Bound returns devs with each unit of unlimited shares given n shares,
+// and never fewer than it has holders, so that both modes offer it as
+// the unit of n shares it can be on this node, where no more than n pods
+// run. A unit bound to one share is a device of its own, its holder
+// HeldBy. Other devices stay as they are, and devs is not changed.
+func Bound(devs []protocol.DeviceInfo, n int) []protocol.DeviceInfo {
+	if !slices.ContainsFunc(devs, func(d protocol.DeviceInfo) bool { return d.Unlimited }) {
+		return devs
+	}
+	out := slices.Clone(devs)
+	for i := range out {
+		d := &out[i]
+		if !d.Unlimited {
+			continue
+		}
+		d.Unlimited, d.Shares = false, max(n, len(d.Holders), 1)
+		if d.Shares == 1 {
+			if len(d.Holders) == 1 {
+				d.HeldBy = d.Holders[0]
+			}
+			d.Shares, d.Holders = 0, nil
+		}
+	}
+	return out
+}
+
 // Expand lists each shared unit of a DEVICES answer as its share devices,
 // <key>, <key>-s1, ..., so that both modes offer a unit once per share.
 // The request-ids holding shares take the last of them, so that the first
@@ -214,9 +247,13 @@ type Poller struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	answers [][]protocol.DeviceInfo // last good DEVICES answer per config
+	answers [][]protocol.DeviceInfo // last good DEVICES answer per config, as the plugin gave it
 	failing []bool                  // whether the last DEVICES of a config failed
 	merged  Inventory               // Merge of answers after the last complete Refresh
+	// shares are what a unit of unlimited shares is offered as (Bound):
+	// DefaultMaxPods until SetUnlimitedShares says otherwise.
+	shares int
+	merge  bool // a Refresh completed, so merged stands for answers
 }
 
 // NewPoller returns a poller of the configs' plugins that has asked
@@ -225,8 +262,59 @@ func NewPoller(c caller.Caller, confs []caller.Config, log *slog.Logger) *Poller
 	return &Poller{
 		caller: c, confs: confs, log: log,
 		answers: make([][]protocol.DeviceInfo, len(confs)), failing: make([]bool, len(confs)),
+		shares: DefaultMaxPods,
 	}
 }
+
+// SetUnlimitedShares makes a unit of unlimited shares n shares (Bound),
+// merging the last answers anew when a Refresh completed. It reports
+// whether n changed.
+func (p *Poller) SetUnlimitedShares(n int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n == p.shares {
+		return false
+	}
+	p.shares = n
+	if p.merge {
+		p.merged = p.mergeLocked()
+	}
+	return true
+}
+
+// UnlimitedShares returns the shares a unit of unlimited shares is
+// offered as.
+func (p *Poller) UnlimitedShares() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.shares
+}
+
+// Unlimited reports whether a last answer has a unit of unlimited
+// shares.
+func (p *Poller) Unlimited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, devs := range p.answers {
+		if slices.ContainsFunc(devs, func(d protocol.DeviceInfo) bool { return d.Unlimited }) {
+			return true
+		}
+	}
+	return false
+}
+
+// bound is the answers with units of unlimited shares Bound. Called
+// with mu held.
+func (p *Poller) bound() [][]protocol.DeviceInfo {
+	out := make([][]protocol.DeviceInfo, len(p.answers))
+	for i, devs := range p.answers {
+		out[i] = Bound(devs, p.shares)
+	}
+	return out
+}
+
+// mergeLocked merges the answers, bound. Called with mu held.
+func (p *Poller) mergeLocked() Inventory { return Merge(p.bound()) }
 
 // Configs returns the configs polled, in order.
 func (p *Poller) Configs() []caller.Config { return p.confs }
@@ -261,7 +349,7 @@ func (p *Poller) Refresh(ctx context.Context) (failed int, ok bool) {
 		}
 	}
 	p.mu.Lock()
-	p.merged = Merge(p.answers)
+	p.merged, p.merge = p.mergeLocked(), true
 	p.mu.Unlock()
 	return failed, true
 }
@@ -274,12 +362,13 @@ func (p *Poller) Inventory() Inventory {
 }
 
 // Answers returns the last good answer of every config, in config order,
-// usable or not, with shared units as their share devices (Expand).
+// usable or not, with shared units as their share devices (Bound,
+// Expand).
 func (p *Poller) Answers() [][]protocol.DeviceInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([][]protocol.DeviceInfo, len(p.answers))
-	for i, devs := range p.answers {
+	out := p.bound()
+	for i, devs := range out {
 		out[i] = Expand(devs)
 	}
 	return out
@@ -290,7 +379,7 @@ func (p *Poller) Answers() [][]protocol.DeviceInfo {
 func (p *Poller) Reported(key string) (int, protocol.DeviceInfo, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i, devs := range p.answers {
+	for i, devs := range p.bound() {
 		for _, dev := range Expand(devs) {
 			if dev.Key == key {
 				return i, dev, true

@@ -185,3 +185,36 @@ func TestMergeShared(t *testing.T) {
 		t.Fatalf("devices %v", keys)
 	}
 }
+
+// A unit of unlimited shares is bound to n shares, never fewer than its
+// holders; bound to one it is a device of its own; other devices stay.
+func TestBound(t *testing.T) {
+	kvm := func(holders ...string) protocol.DeviceInfo {
+		return protocol.DeviceInfo{Key: "kvm", Usable: true, Unlimited: true, Holders: holders}
+	}
+	fuse := protocol.DeviceInfo{Key: "fuse", Usable: true, Shares: 3, Holders: []string{"a"}}
+	tests := []struct {
+		name string
+		dev  protocol.DeviceInfo
+		n    int
+		want protocol.DeviceInfo
+	}{
+		{"pods", kvm("a", "b"), 110, protocol.DeviceInfo{Key: "kvm", Usable: true, Shares: 110, Holders: []string{"a", "b"}}},
+		{"more holders than pods", kvm("a", "b", "c"), 2, protocol.DeviceInfo{Key: "kvm", Usable: true, Shares: 3, Holders: []string{"a", "b", "c"}}},
+		{"one pod, held", kvm("a"), 1, protocol.DeviceInfo{Key: "kvm", Usable: true, HeldBy: "a"}},
+		{"no pods, free", kvm(), 0, protocol.DeviceInfo{Key: "kvm", Usable: true}},
+		{"numbered shares", fuse, 110, fuse},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := []protocol.DeviceInfo{tt.dev}
+			got := Bound(in, tt.n)
+			if !reflect.DeepEqual(got, []protocol.DeviceInfo{tt.want}) {
+				t.Errorf("Bound(%+v, %d) = %+v, want %+v", tt.dev, tt.n, got, tt.want)
+			}
+			if !reflect.DeepEqual(in[0], tt.dev) {
+				t.Errorf("Bound changed its argument: %+v", in[0])
+			}
+		})
+	}
+}
