@@ -4,6 +4,7 @@ package k8se2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,16 +59,7 @@ func kvmShares(t *testing.T, n int) {
 		t.Skipf("this machine has no /dev/kvm: %v", err)
 	}
 	ctx, d := newDRARun(t, 15*time.Minute)
-	conf := kvmConf(n)
-	if err := os.MkdirAll(filepath.Join(d.b.conf, "kvm.d"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(d.b.conf, "kvm.d", "generic.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d.loadImage(ctx, t)
-	d.deployType(ctx, t, "kvm", conf, "")
-	driverPod := d.waitDriver(ctx, t, "")
+	driverPod := d.deployKVM(ctx, t, kvmConf(n))
 	minor := d.apiMinor(ctx, t)
 	consumable := minor >= 36
 	want := n
@@ -151,6 +143,129 @@ func kvmShares(t *testing.T, n int) {
 		t.Fatal(err)
 	}
 	t.Logf("after %s was deleted, %s opened /dev/kvm", running[0], waiting)
+
+	// Extended resources, in either shape: two pods deleted free two
+	// shares, and a pod that asks for cdi-exec.io/kvm in its limits, with
+	// no claim of its own, gets one of them.
+	for _, p := range running[1:3] {
+		if _, err := d.c.Kubectl(ctx, "delete", "pod", p, "--wait=false", "--grace-period=0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.yaml(ctx, t, kvmExtendedPod("extended"))
+	err = waitFor(ctx, "the pod asking for cdi-exec.io/kvm: 1 to open /dev/kvm", func(ctx context.Context) error {
+		if !d.kvmOpened(ctx, "extended") {
+			return errors.New("it has not opened it")
+		}
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p corev1.Pod
+	if err := d.c.Get(ctx, "/api/v1/namespaces/default/pods/extended", &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.ExtendedResourceClaimStatus == nil || p.Status.ExtendedResourceClaimStatus.ResourceClaimName == "" {
+		t.Fatalf("the pod asking for cdi-exec.io/kvm has no extended resource claim: %+v", p.Status.ExtendedResourceClaimStatus)
+	}
+	ext := f.claim(ctx, t, "default", p.Status.ExtendedResourceClaimStatus.ResourceClaimName)
+	results := ext.Status.Allocation.Devices.Results
+	if len(results) != 1 || results[0].Device == "" || (consumable && results[0].ShareID == nil) {
+		t.Fatalf("the extended resource claim %s was allocated %+v, want one kvm device (a share of it on 1.%d)", ext.Name, results, minor)
+	}
+	err = waitFor(ctx, fmt.Sprintf("the plugin to hold shares for %d claims", n-1), func(ctx context.Context) error {
+		if h := f.holders(ctx, t); len(h) != n-1 || len(h[string(ext.UID)]) != 1 {
+			return fmt.Errorf("the plugin holds %v", h)
+		}
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the pod asking for cdi-exec.io/kvm: 1 opened /dev/kvm through claim %s, allocated %s", ext.Name, results[0].Device)
+}
+
+// kvmExtendedPod is the YAML of a pod that asks for one kvm unit as an
+// extended resource (the DeviceClass's extendedResourceName) and opens
+// /dev/kvm.
+func kvmExtendedPod(name string) string {
+	return fmt.Sprintf("---\napiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: default}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 0\n  restartPolicy: Never\n"+
+		"  containers:\n  - name: c\n    image: %s\n    imagePullPolicy: Never\n    command: [\"/bin/sh\", \"-c\", %q]\n    resources: {limits: {cdi-exec.io/kvm: 1}}\n",
+		name, Image, kvmLoop)
+}
+
+// TestClusterKVMUnlimited serves /dev/kvm with "shares": "unlimited": the
+// driver reads its node's allocatable pods (a GET of its own Node) and
+// offers that many shares, as one device's capacity from 1.36 and as
+// that many devices before; three pods with a claim each open /dev/kvm,
+// and the plugin holds a share for each claim.
+func TestClusterKVMUnlimited(t *testing.T) {
+	if fi, err := os.Stat("/dev/kvm"); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		t.Skipf("this machine has no /dev/kvm: %v", err)
+	}
+	ctx, d := newDRARun(t, 10*time.Minute)
+	conf := `{"cdiVersion": "0.0.2", "name": "kvm", "type": "kvm", "plugin": "generic", "args": {"rules": [{"paths": ["/dev/kvm"], "shares": "unlimited", "permissions": "rw"}]}}`
+	d.deployKVM(ctx, t, conf)
+	var node corev1.Node
+	if err := d.c.Get(ctx, "/api/v1/nodes/"+NodeName, &node); err != nil {
+		t.Fatal(err)
+	}
+	pods := node.Status.Allocatable.Pods().Value()
+	minor := d.apiMinor(ctx, t)
+	if minor >= 36 {
+		d.waitDevices(ctx, t, kvmDriver, 1)
+		err := waitFor(ctx, fmt.Sprintf("the kvm device's capacity to be the node's %d allocatable pods", pods), func(ctx context.Context) error {
+			dev := d.sliceDevice(ctx, t, kvmDriver, "kvm")
+			if shares, ok := dev.Capacity["shares"]; !ok || shares.Value.Value() != pods {
+				return fmt.Errorf("capacity %+v", dev.Capacity)
+			}
+			return nil
+		}, d.c.Kubelet)
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		d.waitDevices(ctx, t, kvmDriver, int(pods))
+	}
+	t.Logf("on 1.%d the node's %d allocatable pods are the kvm unit's shares", minor, pods)
+	f := &features{draRun: d}
+	var doc strings.Builder
+	names := []string{"u1", "u2", "u3"}
+	for _, p := range names {
+		doc.WriteString(claimYAML("default", p, "requests:\n- name: r\n  exactly: {deviceClassName: "+kvmDriver+"}"))
+		doc.WriteString(kvmPod(p))
+	}
+	f.yaml(ctx, t, doc.String())
+	err := waitFor(ctx, "the three pods to open /dev/kvm", func(ctx context.Context) error {
+		for _, p := range names {
+			if !d.kvmOpened(ctx, p) {
+				return fmt.Errorf("%s has not opened it", p)
+			}
+		}
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := f.holders(ctx, t); len(h) != len(names) {
+		t.Fatalf("the plugin holds %v, want a share for each of %d claims", h, len(names))
+	}
+}
+
+// deployKVM deploys the DRA mode with the kvm type of conf, which
+// cdictl on the test's side reads too, and returns the driver's pod.
+func (d *draRun) deployKVM(ctx context.Context, t *testing.T, conf string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(d.b.conf, "kvm.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.b.conf, "kvm.d", "generic.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.loadImage(ctx, t)
+	d.deployType(ctx, t, "kvm", conf, "")
+	return d.waitDriver(ctx, t, "")
 }
 
 // apiMinor is the API server's minor version: 37 for 1.37.2.
@@ -305,7 +420,7 @@ requests:
 // fixture host; the DeviceClass goes when the test ends.
 func (d *draRun) deployType(ctx context.Context, t *testing.T, typ, conf, host string) {
 	t.Helper()
-	driver := typ + ".cdi-exec.io"
+	driver, extended := typ+".cdi-exec.io", "cdi-exec.io/"+typ
 	objs := d.driverManifests(t)
 	for _, o := range objs {
 		switch obj := o.(type) {
@@ -328,7 +443,10 @@ func (d *draRun) deployType(ctx context.Context, t *testing.T, typ, conf, host s
 		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
 		ObjectMeta: metav1.ObjectMeta{Name: driver},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
-			{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}},
+			{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}},
+			// As the chart's classes: a pod may ask for the type in its
+			// limits (DRAExtendedResource).
+			ExtendedResourceName: &extended},
 	})
 	d.apply(ctx, t, objs)
 	t.Cleanup(func() {

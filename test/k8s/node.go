@@ -73,6 +73,17 @@ func newHostNode(t *testing.T, kubelet bool) *Node {
 			t.Fatal(err)
 		}
 	}
+	// The CDI spec dir is a tmpfs, as /var/run/cdi is on a real node
+	// (/run), not a directory of this machine's disk; teardown unmounts
+	// it with every mount under dir.
+	if err := unix.Mount("tmpfs", n.CDIDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64m,mode=0755"); err != nil {
+		t.Fatalf("mounting a tmpfs on the node's CDI spec dir: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unmountUnder(n.CDIDir); err != nil {
+			t.Error(err)
+		}
+	})
 	var host *hostState
 	if kubelet {
 		// The link is taken first: it is also what keeps two nodes from
