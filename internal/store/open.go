@@ -1,12 +1,16 @@
 package store
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cdi-exec/plugins/internal/filelock"
 )
 
 // The state directory and the store file are reached without following
@@ -201,65 +205,21 @@ func (o *opener) lockAndCheck(f *os.File, exclusive bool) error {
 
 // lockFile takes the flock(2) lock how (LOCK_SH or LOCK_EX) of f, waiting
 // at most timeout; a lock still held by another open file then is ErrBusy.
-//
 // A store is held for the few milliseconds of one transaction, and the
-// ADDs of claims prepared at once queue on one store, so a waiter must
-// take the lock the moment it is freed rather than at its next try: it
-// waits in the kernel, in a blocking flock of a duplicate of f's
-// descriptor (the same open file, so the lock it takes is f's), made by a
-// goroutine while this one waits for it or for the deadline. A waiter
-// that gives up leaves the goroutine behind; when it gets the lock at
-// last, it releases it and closes the duplicate, which keeps the open
-// file until then, so the lock never outlives the wait.
+// ADDs of claims prepared at once queue on one store, so a waiter waits
+// in the kernel and takes the lock the moment it is freed
+// (internal/filelock), rather than at its next try.
 func lockFile(f *os.File, how int, timeout time.Duration) error {
-	fd := int(f.Fd())
-	err := flock(fd, how|unix.LOCK_NB)
-	if err == nil {
-		return nil
+	if ok, err := filelock.TryFlock(f, how); ok || err != nil {
+		return err
 	}
-	if err != unix.EWOULDBLOCK {
-		return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
-	}
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "dup", Path: f.Name(), Err: err}
-	}
-	got := make(chan error)        // the blocking flock's result, to a waiter still there
-	abandon := make(chan struct{}) // closed when the waiter gives up
-	go func() {
-		err := flock(dup, how)
-		select {
-		case got <- err:
-		case <-abandon:
-			if err == nil {
-				_ = unix.Flock(dup, unix.LOCK_UN)
-			}
-		}
-		// f's descriptor keeps the open file, and with it the lock, of a
-		// waiter that took it.
-		_ = unix.Close(dup)
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case err := <-got:
-		if err != nil {
-			return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
-		}
-		return nil
-	case <-timer.C:
-		close(abandon)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := filelock.Flock(ctx, f, how)
+	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w (waited %v for its lock)", f.Name(), ErrBusy, timeout)
 	}
-}
-
-// flock is flock(2), tried again when a signal interrupts it.
-func flock(fd, how int) error {
-	for {
-		if err := unix.Flock(fd, how); err != unix.EINTR {
-			return err
-		}
-	}
+	return err
 }
 
 // tempPattern names the temporary files a store is built in

@@ -34,7 +34,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/cdi-exec/plugins/internal/atomicfile"
-	"github.com/cdi-exec/plugins/internal/kubelet/modelock"
+	"github.com/cdi-exec/plugins/internal/filelock"
 )
 
 // version is the file format's version.
@@ -145,12 +145,12 @@ func (f *File) LockClaims(ctx context.Context, uids []string) (unlock func(), er
 		offs = append(offs, int64(h.Sum32()))
 	}
 	slices.Sort(offs)
-	l, err := modelock.OpenFile(f.claimLock)
+	l, err := filelock.OpenFile(f.claimLock)
 	if err != nil {
 		return nil, fmt.Errorf("claim locks: %w", err)
 	}
 	for _, off := range slices.Compact(offs) {
-		if err := modelock.WaitByte(ctx, l, off); err != nil {
+		if err := filelock.LockByte(ctx, l, off); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("claim locks: %w", err)
 		}
@@ -207,7 +207,7 @@ func (f *File) Update(ctx context.Context, fn func(Claims) error) error {
 func (f *File) commit(ctx context.Context, group []*change) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupWait)
 	defer cancel()
-	err := f.locked(ctx, modelock.Exclusive, func() error {
+	err := f.locked(ctx, filelock.Exclusive, func() error {
 		old, err := f.read()
 		if err != nil {
 			return err
@@ -234,12 +234,12 @@ func (f *File) commit(ctx context.Context, group []*change) {
 
 // locked runs fn holding a lock of kind on the lock file.
 func (f *File) locked(ctx context.Context, kind int, fn func() error) error {
-	l, err := modelock.OpenFile(f.lock)
+	l, err := filelock.OpenFile(f.lock)
 	if err != nil {
 		return fmt.Errorf("claim state: %w", err)
 	}
 	defer l.Close()
-	if err := modelock.Wait(ctx, l, kind); err != nil {
+	if err := filelock.Flock(ctx, l, kind); err != nil {
 		return fmt.Errorf("claim state: %w", err)
 	}
 	return fn()

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdi-exec/plugins/internal/kubelet/modelock"
+	"github.com/cdi-exec/plugins/internal/filelock"
 	"github.com/cdi-exec/plugins/test/kubelettest"
 	"golang.org/x/sys/unix"
 )
@@ -285,12 +285,12 @@ func TestLockClaims(t *testing.T) {
 // rolling update would, and returns the function that releases it.
 func holdFileLock(t *testing.T, f *File) (release func()) {
 	t.Helper()
-	lock, err := modelock.OpenFile(f.lock)
+	lock, err := filelock.OpenFile(f.lock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lock.Close() })
-	if ok, err := modelock.Try(lock, modelock.Exclusive); !ok || err != nil {
+	if ok, err := filelock.TryFlock(lock, filelock.Exclusive); !ok || err != nil {
 		t.Fatalf("lock: %v, %v", ok, err)
 	}
 	return func() {

@@ -14,11 +14,7 @@
 // share it anyway, because the plugins' stores there decide who holds a
 // device.
 //
-// The package also holds the flock(2) primitives these locks are built
-// on (flock.go: OpenFile, Try, Wait), which the DRA mode's claim records
-// (internal/kubelet/claimstate) use for their own file lock: both are the
-// daemon's cross-process file locks, and a package of three functions
-// beside its only other user is not worth its own folder.
+// The locks are flock(2) locks (internal/filelock).
 package modelock
 
 import (
@@ -29,6 +25,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/cdi-exec/plugins/internal/filelock"
 )
 
 // The modes.
@@ -86,14 +84,14 @@ func (l *Lock) Release() {
 // acquire takes mode's shared lock on typ under the type's gate, after
 // checking that no other mode holds its lock.
 func acquire(ctx context.Context, dir, mode, typ string) (*os.File, error) {
-	gate, err := OpenFile(filepath.Join(dir, typ+".gate"))
+	gate, err := filelock.OpenFile(filepath.Join(dir, typ+".gate"))
 	if err != nil {
 		return nil, fmt.Errorf("modelock: %w", err)
 	}
 	defer gate.Close()
 	ctx, cancel := context.WithTimeout(ctx, gateWait)
 	defer cancel()
-	if err := Wait(ctx, gate, Exclusive); err != nil {
+	if err := filelock.Flock(ctx, gate, filelock.Exclusive); err != nil {
 		return nil, fmt.Errorf("modelock: %w", err)
 	}
 	for _, other := range []string{DevicePlugin, DRA} {
@@ -104,13 +102,13 @@ func acquire(ctx context.Context, dir, mode, typ string) (*os.File, error) {
 			return nil, fmt.Errorf("resource type %q: %w: the %s mode runs on this node (%w)", typ, ErrServed, other, err)
 		}
 	}
-	own, err := OpenFile(filepath.Join(dir, typ+"."+mode+".lock"))
+	own, err := filelock.OpenFile(filepath.Join(dir, typ+"."+mode+".lock"))
 	if err != nil {
 		return nil, fmt.Errorf("modelock: %w", err)
 	}
 	// Only processes of this mode hold it, shared, or another mode's
 	// probe, exclusive, under the gate we hold: it is free to share.
-	if ok, err := Try(own, Shared); !ok {
+	if ok, err := filelock.TryFlock(own, filelock.Shared); !ok {
 		own.Close()
 		return nil, fmt.Errorf("modelock: %s is locked exclusively (%v)", own.Name(), err)
 	}
@@ -119,12 +117,12 @@ func acquire(ctx context.Context, dir, mode, typ string) (*os.File, error) {
 
 // probe fails when some process holds a lock on the file at path.
 func probe(path string) error {
-	f, err := OpenFile(path)
+	f, err := filelock.OpenFile(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	ok, err := Try(f, Exclusive)
+	ok, err := filelock.TryFlock(f, filelock.Exclusive)
 	if err != nil {
 		return err
 	}
