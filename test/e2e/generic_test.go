@@ -491,33 +491,9 @@ func TestKubeletPluginGenericShares(t *testing.T) {
 	needRealNodes(t)
 	conf := `{"cdiVersion":"0.0.2","name":"kvm","type":"kvm","plugin":"generic","args":{"rules":[{"paths":["/dev/kvm"],"shares":3}]}}`
 	n := newCtlNode(t, fixture.Host{Misc: []fixture.Misc{fixture.KVM}}, map[string]string{"kvm.d/generic.conf": conf})
-	k := kubelettest.Start(t)
-	cmd := exec.Command(filepath.Join(binDir, "cdi-kubelet-plugin"), "device-plugin",
-		"--conf-dir", n.conf, "--kubelet-dir", k.Root, "--cdi-spec-dir", filepath.Join(t.TempDir(), "cdi"), "--resource-prefix", "example.com")
-	cmd.Env = []string{"CDI_PATH=" + binDir, "CDI_STATE_DIR=" + n.state, "CDI_HOST_ROOT=" + n.root}
-	var logs kubelettest.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var reg *api.RegisterRequest
-	select {
-	case reg = <-k.Registrations:
-	case <-time.After(time.Minute):
-		t.Fatalf("no registration within a minute:\n%s", logs.String())
-	}
-	c := k.Dial(reg.Endpoint)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stream, err := c.ListAndWatch(ctx, &api.Empty{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, first, logs := startKVMDevicePlugin(ctx, t, n)
 	var ids []string
 	for _, d := range first.Devices {
 		if d.Health == api.Healthy {
@@ -544,4 +520,37 @@ func TestKubeletPluginGenericShares(t *testing.T) {
 		t.Fatalf("records %v", recs)
 	}
 	checkShares(t, recs, map[string]int{"kvm": 3})
+}
+
+// startKVMDevicePlugin starts cdi-kubelet-plugin device-plugin on n's
+// configs beside a test kubelet, and returns the client of the plugin
+// that registered, its first ListAndWatch answer and its log.
+func startKVMDevicePlugin(ctx context.Context, t *testing.T, n *ctlNode) (api.DevicePluginClient, *api.ListAndWatchResponse, *kubelettest.Buffer) {
+	t.Helper()
+	k := kubelettest.Start(t)
+	cmd := exec.Command(filepath.Join(binDir, "cdi-kubelet-plugin"), "device-plugin",
+		"--conf-dir", n.conf, "--kubelet-dir", k.Root, "--cdi-spec-dir", filepath.Join(t.TempDir(), "cdi"), "--resource-prefix", "example.com")
+	cmd.Env = []string{"CDI_PATH=" + binDir, "CDI_STATE_DIR=" + n.state, "CDI_HOST_ROOT=" + n.root}
+	logs := &kubelettest.Buffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var reg *api.RegisterRequest
+	select {
+	case reg = <-k.Registrations:
+	case <-time.After(time.Minute):
+		t.Fatalf("no registration within a minute:\n%s", logs.String())
+	}
+	c := k.Dial(reg.Endpoint)
+	stream, err := c.ListAndWatch(ctx, &api.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, first, logs
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +17,6 @@ import (
 	"github.com/cdi-exec/plugins/internal/store"
 	"github.com/cdi-exec/plugins/pkg/pool"
 	"github.com/cdi-exec/plugins/test/fixture"
-	"github.com/cdi-exec/plugins/test/kubelettest"
 )
 
 // kvmUnlimitedConf is a generic config of /dev/kvm that any number of
@@ -240,33 +237,9 @@ func TestCdictlDevicesUnlimited(t *testing.T) {
 func TestKubeletPluginGenericUnlimited(t *testing.T) {
 	needRealNodes(t)
 	n := newCtlNode(t, fixture.Host{Misc: []fixture.Misc{fixture.KVM}}, map[string]string{"kvm.d/generic.conf": kvmUnlimitedConf})
-	k := kubelettest.Start(t)
-	cmd := exec.Command(filepath.Join(binDir, "cdi-kubelet-plugin"), "device-plugin",
-		"--conf-dir", n.conf, "--kubelet-dir", k.Root, "--cdi-spec-dir", filepath.Join(t.TempDir(), "cdi"), "--resource-prefix", "example.com")
-	cmd.Env = []string{"CDI_PATH=" + binDir, "CDI_STATE_DIR=" + n.state, "CDI_HOST_ROOT=" + n.root}
-	var logs kubelettest.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var reg *api.RegisterRequest
-	select {
-	case reg = <-k.Registrations:
-	case <-time.After(time.Minute):
-		t.Fatalf("no registration within a minute:\n%s", logs.String())
-	}
-	c := k.Dial(reg.Endpoint)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stream, err := c.ListAndWatch(ctx, &api.Empty{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, first, logs := startKVMDevicePlugin(ctx, t, n)
 	var ids, want []string
 	for _, d := range first.Devices {
 		if d.Health == api.Healthy {
