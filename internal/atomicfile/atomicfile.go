@@ -153,18 +153,32 @@ func SweepAt(dfd int, dir, pattern string) {
 	removeStale(dfd, stale)
 }
 
-// SweepListed is Sweep over names, a listing of the directory open as
-// dfd that the caller has made anyway, so that the directory is not read
-// twice.
-func SweepListed(dfd int, pattern string, names []string) {
+// SweepListed is Sweep over names, a listing of dir the caller has made
+// anyway, so that the directory is not read twice; it opens dir only
+// when a name is one of pattern's.
+func SweepListed(dir, pattern string, names []string) {
+	stale := tempsOf(pattern, names)
+	if len(stale) == 0 {
+		return
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	removeStale(fd, stale)
+}
+
+// tempsOf are the names of pattern's temporary files among names.
+func tempsOf(pattern string, names []string) []string {
 	before, after, _ := strings.Cut(pattern, "*")
-	var stale []string
+	var out []string
 	for _, name := range names {
 		if temp(name, before, after) {
-			stale = append(stale, name)
+			out = append(out, name)
 		}
 	}
-	removeStale(dfd, stale)
+	return out
 }
 
 // temp reports whether name is a temporary file of the pattern cut at its

@@ -298,7 +298,8 @@ func TestPendingWithdraw(t *testing.T) {
 	}
 }
 
-// SweepListed removes what Sweep would, from a listing made elsewhere.
+// SweepListed and Pending.Sweep remove what Sweep would, from a listing
+// made elsewhere: only what was listed.
 func TestSweepListed(t *testing.T) {
 	dir := t.TempDir()
 	old := time.Now().Add(-StaleAge - time.Minute)
@@ -311,14 +312,18 @@ func TestSweepListed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// f.tmp-3-4 is left out of the listing: only what was listed goes.
+	SweepListed(dir, "f.tmp-*", []string{"f.tmp-1-2", "g.tmp-1-2"})
+	if got := names(t, dir); !slices.Equal(got, []string{"f.tmp-3-4", "g.tmp-1-2"}) {
+		t.Errorf("left %v", got)
+	}
 	w, err := Open(dir, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	// f.tmp-3-4 is left out of the listing: only what was listed goes.
-	w.Sweep("f.tmp-*", []string{"f.tmp-1-2", "g.tmp-1-2"})
-	if got := names(t, dir); !slices.Equal(got, []string{"f.tmp-3-4", "g.tmp-1-2"}) {
+	w.Sweep("f.tmp-*", []string{"f.tmp-3-4", "g.tmp-1-2"})
+	if got := names(t, dir); !slices.Equal(got, []string{"g.tmp-1-2"}) {
 		t.Errorf("left %v", got)
 	}
 }

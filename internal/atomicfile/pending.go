@@ -68,9 +68,9 @@ func (p *Pending) Names() ([]string, error) {
 }
 
 // Sweep removes the stale temporary files of pattern among names, a
-// listing of the directory (Names): SweepListed.
+// listing of the directory (Names), as SweepListed does.
 func (p *Pending) Sweep(pattern string, names []string) {
-	SweepListed(p.dfd, pattern, names)
+	removeStale(p.dfd, tempsOf(pattern, names))
 }
 
 // Place writes b as the new file, gives it a temporary name of pattern

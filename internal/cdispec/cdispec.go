@@ -278,10 +278,10 @@ func (c *Config) Write(o Owner, requestID string, nodes []Node, devs []Device) e
 //
 //   - Stage, before the lock, opens the directory and makes the new
 //     file, unnamed (atomicfile.Open: its inode is allocated here);
-//   - Write, under the lock, lists the directory once, refuses the
-//     request-id when another owner's file defines it (ErrForeign),
-//     sweeps the owner's stale temporary files and renames the spec into
-//     place; Orphans answers from the same listing;
+//   - under the lock, Orphans lists the directory and finds the owner's
+//     orphans, and Write refuses the request-id when another owner's file
+//     defines it (ErrForeign), sweeps the owner's stale temporary files
+//     and renames the spec into place, both from that one listing;
 //   - Sync, after the lock, looks for another owner's file of the
 //     request-id again (two stores writing the same name at once: the
 //     later one sees the other, or both do; never neither), then fsyncs
@@ -290,11 +290,12 @@ func (c *Config) Write(o Owner, requestID string, nodes []Node, devs []Device) e
 // When Sync fails, the caller takes its allocation back under its lock
 // again, with Withdraw. Close releases what Stage opened.
 type Publication struct {
-	c     *Config
-	w     *atomicfile.Pending // nil until the directory is open
-	o     Owner
-	id    string
-	names []string // the directory as Write listed it
+	c      *Config
+	w      *atomicfile.Pending // nil until the directory is open
+	o      Owner
+	id     string
+	names  []string // the directory as listed under the lock
+	listed bool     // names is the listing
 }
 
 // Stage begins a publication in the config's directory. A directory that
@@ -306,8 +307,36 @@ func (c *Config) Stage() *Publication {
 	return p
 }
 
+// Orphans is Config.Orphans for a publication, whose Write sweeps: it
+// lists the directory, once for Write as well, and returns the
+// request-ids of o's files for which held reports false. A directory not
+// there yet has none.
+func (p *Publication) Orphans(o Owner, held func(id string) bool) ([]string, error) {
+	if err := o.valid(); err != nil {
+		return nil, err
+	}
+	if err := p.list(); err != nil {
+		return nil, err
+	}
+	return p.c.orphans(p.names, o, held), nil
+}
+
+// list lists the directory once, if it is open.
+func (p *Publication) list() error {
+	if p.listed || p.w == nil {
+		return nil
+	}
+	names, err := p.w.Names()
+	if err != nil {
+		return err
+	}
+	p.names, p.listed = names, true
+	return nil
+}
+
 // Write puts the owner's spec of the request in place, without an fsync
-// (Sync): the content and the refusals of Config.Write.
+// (Sync): the content and the refusals of Config.Write, from the listing
+// of Orphans when it ran.
 func (p *Publication) Write(o Owner, requestID string, nodes []Node, devs []Device) error {
 	c := p.c
 	if err := o.valid(); err != nil {
@@ -328,25 +357,18 @@ func (p *Publication) Write(o Owner, requestID string, nodes []Node, devs []Devi
 			return err
 		}
 	}
-	names, err := p.w.Names()
-	if err != nil {
+	if err := p.list(); err != nil {
 		return err
 	}
-	p.o, p.id, p.names = o, requestID, names
-	if err := c.foreign(names, o, requestID); err != nil {
+	p.o, p.id = o, requestID
+	if err := c.foreign(p.names, o, requestID); err != nil {
 		return err
 	}
-	p.w.Sweep(c.tempPattern(o), names)
+	p.w.Sweep(c.tempPattern(o), p.names)
 	if err := p.w.Place(filepath.Base(c.Path(o, requestID)), c.tempPattern(o), b); err != nil {
 		return fmt.Errorf("writing CDI spec: %w", err)
 	}
 	return nil
-}
-
-// Orphans is Config.Orphans from the listing of Write, which must have
-// succeeded, without sweeping again.
-func (p *Publication) Orphans(held func(id string) bool) []string {
-	return p.c.orphans(p.names, p.o, held)
 }
 
 // Sync makes the written spec durable once no other owner's file defines
@@ -448,11 +470,13 @@ func (c *Config) Remove(o Owner, requestID string) error {
 	if err := validID(requestID); err != nil {
 		return err
 	}
-	err := os.Remove(c.Path(o, requestID))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	// unlink alone: os.Remove would try rmdir after a failed unlink, a
+	// second syscall under the caller's lock for the usual missing file.
+	path := c.Path(o, requestID)
+	if err := unix.Unlink(path); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "remove", Path: path, Err: err}
 	}
-	return err
+	return nil
 }
 
 // tempPattern is the pattern of the owner's temporary spec files

@@ -408,9 +408,9 @@ func TestPublication(t *testing.T) {
 	}
 }
 
-// Orphans of a Publication answers from Write's one listing, as
-// Config.Orphans does from its own; a Publication never written leaves
-// nothing behind, and one refused leaves no file either.
+// Orphans of a Publication answers as Config.Orphans does, from the
+// listing Write uses too; a Publication never written leaves nothing
+// behind, and one refused leaves no file either.
 func TestPublicationOrphans(t *testing.T) {
 	c := &Config{Kind: "example.com/gpu", Dir: t.TempDir()}
 	o := Owner{Plugin: "drm", Store: "aa"}
@@ -438,15 +438,23 @@ func TestPublicationOrphans(t *testing.T) {
 	}
 	p = c.Stage()
 	defer p.Close()
-	if err := p.Write(o, "new", nil, nil); err != nil {
-		t.Fatal(err)
-	}
 	held := func(id string) bool { return id != "gone" }
 	want, err := c.Orphans(o, held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Orphans(held); !slices.Equal(got, []string{"gone"}) || !slices.Equal(got, want) {
-		t.Errorf("Orphans = %v; Config.Orphans %v; want [gone]", got, want)
+	if got, err := p.Orphans(o, held); err != nil || !slices.Equal(got, []string{"gone"}) || !slices.Equal(got, want) {
+		t.Errorf("Orphans = %v, %v; Config.Orphans %v; want [gone]", got, err, want)
+	}
+	// Write answers from that listing: a file of another owner made
+	// since is for Sync to find.
+	if err := os.WriteFile(c.Path(Owner{Plugin: "drm", Store: "bb"}, "new"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(o, "new", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(); !errors.Is(err, ErrForeign) {
+		t.Errorf("Sync with another owner's file of the request-id: %v", err)
 	}
 }
