@@ -2,6 +2,8 @@
 // a temporary file in the same directory and renamed (or linked) into
 // place, so a reader finds the old file or the new one, never a torn one.
 // Temporary files that a killed writer left behind are swept once stale.
+// Write does it in one call; Pending does it in steps around a caller's
+// lock, the file made before it and made durable after it.
 package atomicfile
 
 import (

@@ -251,8 +251,9 @@ func Stat(root, path string) Node {
 // It only ever replaces the owner's own file. If another file of this
 // kind names the same request-id (another store's, or one without an
 // owner), runtimes could not tell the two devices apart: Write refuses
-// with ErrForeign, and when that file appeared while writing, it takes
-// its own file back. It is a Publication's steps at once.
+// with ErrForeign, and when that file appeared while writing, or the
+// file could not be made durable, it takes its own file back. It is a
+// Publication's steps at once.
 func (c *Config) Write(o Owner, requestID string, nodes []Node, devs []Device) error {
 	if err := o.valid(); err != nil {
 		return err
