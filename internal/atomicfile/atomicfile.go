@@ -2,6 +2,8 @@
 // a temporary file in the same directory and renamed (or linked) into
 // place, so a reader finds the old file or the new one, never a torn one.
 // Temporary files that a killed writer left behind are swept once stale.
+// Write does it in one call; Pending does it in steps around a caller's
+// lock, the file made before it and made durable after it.
 package atomicfile
 
 import (
@@ -50,22 +52,24 @@ func Write(dir, name string, o Options, fill func(*os.File) error) error {
 	}
 	defer unix.Close(dfd)
 	SweepAt(dfd, dir, o.Temp)
-	before, after, _ := strings.Cut(o.Temp, "*")
 	var tmp string
 	var fd int
-	// Two writers of one process can meet on a name in one nanosecond;
-	// the later takes the next name.
 	for try := 0; ; try++ {
-		tmp = before + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()+int64(try), 10) + after
+		tmp = tempName(o.Temp, try)
 		fd, err = unix.Openat(dfd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(o.Perm.Perm()))
-		if err != unix.EEXIST || try == 9 {
+		if err != unix.EEXIST || try == maxTries-1 {
 			break
 		}
 	}
 	if err != nil {
 		return &os.PathError{Op: "create", Path: dir + "/" + tmp, Err: err}
 	}
-	defer unix.Unlinkat(dfd, tmp, 0) // fails harmlessly once renamed
+	renamed := false
+	defer func() {
+		if !renamed { // a failure, or NoClobber's link: the name goes
+			_ = unix.Unlinkat(dfd, tmp, 0)
+		}
+	}()
 	f := os.NewFile(uintptr(fd), dir+"/"+tmp)
 	err = f.Chmod(o.Perm.Perm())
 	if err == nil {
@@ -94,6 +98,7 @@ func Write(dir, name string, o Options, fill func(*os.File) error) error {
 		if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
 			return &os.PathError{Op: "rename", Path: dir + "/" + name, Err: err}
 		}
+		renamed = true
 	}
 	if o.NoSync {
 		return nil
@@ -102,6 +107,19 @@ func Write(dir, name string, o Options, fill func(*os.File) error) error {
 		return &os.PathError{Op: "fsync", Path: dir, Err: err}
 	}
 	return nil
+}
+
+// maxTries is how many temporary names a writer tries: two writers of
+// one process can meet on a name in one nanosecond, and the later takes
+// the next name.
+const maxTries = 10
+
+// tempName is the try'th temporary name of pattern (Options.Temp) now:
+// the "*" replaced by the process id and the time in nanoseconds, plus
+// try.
+func tempName(pattern string, try int) string {
+	before, after, _ := strings.Cut(pattern, "*")
+	return before + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()+int64(try), 10) + after
 }
 
 // WriteBytes is Write with fill writing b.
@@ -130,16 +148,56 @@ func SweepAt(dfd int, dir, pattern string) {
 	before, after, _ := strings.Cut(pattern, "*")
 	var stale []string
 	_ = dirent.ListFD(dfd, dir, func(name []byte, _ uint64, _ uint8) {
-		if len(name) > len(before)+len(after) && strings.HasPrefix(string(name), before) && strings.HasSuffix(string(name), after) {
+		if temp(string(name), before, after) {
 			stale = append(stale, string(name))
 		}
 	})
+	removeStale(dfd, stale)
+}
+
+// SweepListed is Sweep over names, a listing of dir the caller has made
+// anyway, so that the directory is not read twice; it opens dir only
+// when a name is one of pattern's.
+func SweepListed(dir, pattern string, names []string) {
+	stale := tempsOf(pattern, names)
 	if len(stale) == 0 {
+		return
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	removeStale(fd, stale)
+}
+
+// tempsOf are the names of pattern's temporary files among names.
+func tempsOf(pattern string, names []string) []string {
+	before, after, _ := strings.Cut(pattern, "*")
+	var out []string
+	for _, name := range names {
+		if temp(name, before, after) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// temp reports whether name is a temporary file of the pattern cut at its
+// "*": the parts around it and a unique part between them.
+func temp(name, before, after string) bool {
+	return len(name) > len(before)+len(after) && strings.HasPrefix(name, before) && strings.HasSuffix(name, after)
+}
+
+// removeStale removes those of the names in dfd that are stale: regular
+// files of this user older than StaleAge.
+func removeStale(dfd int, names []string) {
+	if len(names) == 0 {
 		return
 	}
 	cutoff := time.Now().Add(-StaleAge).Unix()
 	euid := uint32(os.Geteuid())
-	for _, name := range stale {
+	for _, name := range names {
 		var st unix.Stat_t
 		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
 			st.Mode&unix.S_IFMT == unix.S_IFREG && st.Uid == euid && st.Mtim.Sec < cutoff {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -128,5 +129,201 @@ func TestSweep(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(dir, name)); (err == nil) != want {
 			t.Errorf("%s: present = %v, want %v", name, err == nil, want)
 		}
+	}
+}
+
+// names lists dir, sorted.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// A Pending places the new file with its mode over the old one, leaves no
+// temporary file, and syncs after: with the unnamed file Open makes, and
+// with the named one Place makes where there is none (a file system
+// without O_TMPFILE). Until Place, the directory shows nothing of it.
+func TestPending(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		dir := t.TempDir()
+		p := filepath.Join(dir, "f")
+		if err := os.WriteFile(p, []byte("old"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Open(dir, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !named && w.f == nil {
+			t.Log("no unnamed file: the test's temporary directory has no O_TMPFILE; both cases run named")
+		}
+		if named && w.f != nil {
+			w.f.Close()
+			w.f = nil
+		}
+		if got := names(t, dir); !slices.Equal(got, []string{"f"}) {
+			t.Errorf("named=%v: before Place the directory holds %v", named, got)
+		}
+		listed, err := w.Names()
+		if err != nil || !slices.Equal(listed, []string{"f"}) {
+			t.Errorf("named=%v: Names = %v, %v", named, listed, err)
+		}
+		if err := w.Place("f", ".f.tmp-*", []byte("new")); err != nil {
+			t.Fatalf("named=%v: %v", named, err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != 0o644 || read(t, p) != "new" {
+			t.Errorf("named=%v: %v %v %q", named, fi.Mode(), err, read(t, p))
+		}
+		if got := names(t, dir); !slices.Equal(got, []string{"f"}) {
+			t.Errorf("named=%v: after Place the directory holds %v", named, got)
+		}
+		if err := w.Place("g", ".f.tmp-*", []byte("again")); err == nil {
+			t.Errorf("named=%v: a second Place succeeded", named)
+		}
+		if err := w.Sync(); err != nil {
+			t.Errorf("named=%v: Sync: %v", named, err)
+		}
+		if !w.Placed() {
+			t.Errorf("named=%v: the placed file is not Placed", named)
+		}
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := w.Sync(); err == nil {
+			t.Errorf("named=%v: Sync after Close succeeded", named)
+		}
+	}
+}
+
+// An unnamed file that is never placed leaves nothing; Sync without Place
+// is an error.
+func TestPendingUnplaced(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(dir, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err == nil {
+		t.Error("Sync before Place succeeded")
+	}
+	if ok, err := w.Withdraw(); ok || err != nil {
+		t.Errorf("Withdraw before Place = %v, %v", ok, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, dir); len(got) != 0 {
+		t.Errorf("the directory holds %v", got)
+	}
+	if _, err := Open(filepath.Join(dir, "missing"), 0o600); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open of a missing directory: %v", err)
+	}
+}
+
+// A Place that fails (the name is a non-empty directory) leaves the name
+// as it was and no temporary file, with either kind of temporary file.
+func TestPendingPlaceFails(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		dir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dir, "f", "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Open(dir, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if named && w.f != nil {
+			w.f.Close()
+			w.f = nil
+		}
+		if err := w.Place("f", ".f.tmp-*", []byte("new")); err == nil {
+			t.Errorf("named=%v: Place over a directory succeeded", named)
+		}
+		w.Close()
+		if got := names(t, dir); !slices.Equal(got, []string{"f"}) {
+			t.Errorf("named=%v: the directory holds %v", named, got)
+		}
+	}
+}
+
+// Withdraw removes the placed file only while the name still holds it:
+// not once another writer has replaced it, nor once it is gone.
+func TestPendingWithdraw(t *testing.T) {
+	tests := []struct {
+		name    string
+		after   func(t *testing.T, path string) // what happens to the name after Place
+		removed bool                            // Withdraw removes the file
+		left    string                          // the content left; "" for none
+	}{
+		{"untouched", func(*testing.T, string) {}, true, ""},
+		{"replaced", func(t *testing.T, path string) {
+			if err := WriteBytes(filepath.Dir(path), filepath.Base(path), Options{Temp: ".other-*", Perm: 0o600}, []byte("later")); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "later"},
+		{"removed", func(t *testing.T, path string) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		}, false, ""},
+	}
+	for _, tt := range tests {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "f")
+		w, err := Open(dir, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Place("f", ".f.tmp-*", []byte("mine")); err != nil {
+			t.Fatal(err)
+		}
+		tt.after(t, path)
+		ok, err := w.Withdraw()
+		if ok != tt.removed || err != nil {
+			t.Errorf("%s: Withdraw = %v, %v; want %v", tt.name, ok, err, tt.removed)
+		}
+		w.Close()
+		b, err := os.ReadFile(path)
+		if got := string(b); got != tt.left || (tt.left == "") != errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: left %q, %v; want %q", tt.name, got, err, tt.left)
+		}
+	}
+}
+
+// SweepListed and Pending.Sweep remove what Sweep would, from a listing
+// made elsewhere: only what was listed.
+func TestSweepListed(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-StaleAge - time.Minute)
+	for _, name := range []string{"f.tmp-1-2", "f.tmp-3-4", "g.tmp-1-2"} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// f.tmp-3-4 is left out of the listing: only what was listed goes.
+	SweepListed(dir, "f.tmp-*", []string{"f.tmp-1-2", "g.tmp-1-2"})
+	if got := names(t, dir); !slices.Equal(got, []string{"f.tmp-3-4", "g.tmp-1-2"}) {
+		t.Errorf("left %v", got)
+	}
+	w, err := Open(dir, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Sweep("f.tmp-*", []string{"f.tmp-3-4", "g.tmp-1-2"})
+	if got := names(t, dir); !slices.Equal(got, []string{"g.tmp-1-2"}) {
+		t.Errorf("left %v", got)
 	}
 }

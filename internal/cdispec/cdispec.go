@@ -246,12 +246,14 @@ func Stat(root, path string) Node {
 // Write writes the owner's spec of the request: one device named after
 // the request with every node it holds, then one per device of devs
 // (KeyDeviceName) with that device's nodes. It writes atomically: a temporary
-// file in the same directory, fsync, rename, fsync of the directory. Mode
-// 0644, so runtimes that do not run as root can read it. It only ever
-// replaces the owner's own file. If another file of this kind names the
-// same request-id (another store's, or one without an owner), runtimes
-// could not tell the two devices apart: Write refuses with ErrForeign, and
-// when that file appeared while writing, it takes its own file back.
+// file in the same directory, rename, fsync of the file and the
+// directory. Mode 0644, so runtimes that do not run as root can read it.
+// It only ever replaces the owner's own file. If another file of this
+// kind names the same request-id (another store's, or one without an
+// owner), runtimes could not tell the two devices apart: Write refuses
+// with ErrForeign, and when that file appeared while writing, or the
+// file could not be made durable, it takes its own file back. It is a
+// Publication's steps at once.
 func (c *Config) Write(o Owner, requestID string, nodes []Node, devs []Device) error {
 	if err := o.valid(); err != nil {
 		return err
@@ -259,26 +261,149 @@ func (c *Config) Write(o Owner, requestID string, nodes []Node, devs []Device) e
 	if err := validID(requestID); err != nil {
 		return err
 	}
-	if err := c.foreign(o, requestID); err != nil {
+	p := c.Stage()
+	defer p.Close()
+	if err := p.Write(o, requestID, nodes, devs); err != nil {
+		return err
+	}
+	if err := p.Sync(); err != nil {
+		_, werr := p.Withdraw()
+		return errors.Join(err, werr)
+	}
+	return nil
+}
+
+// Publication writes one spec file in steps, so that a caller that holds
+// its store's lock does under it only what must be done there
+// (docs/cdi-bridge.md#consistency):
+//
+//   - Stage, before the lock, opens the directory and makes the new
+//     file, unnamed (atomicfile.Open: its inode is allocated here);
+//   - under the lock, Orphans lists the directory and finds the owner's
+//     orphans, and Write refuses the request-id when another owner's file
+//     defines it (ErrForeign), sweeps the owner's stale temporary files
+//     and renames the spec into place, both from that one listing;
+//   - Sync, after the lock, looks for another owner's file of the
+//     request-id again (two stores writing the same name at once: the
+//     later one sees the other, or both do; never neither), then fsyncs
+//     the file and the directory.
+//
+// When Sync fails, the caller takes its allocation back under its lock
+// again, with Withdraw. Close releases what Stage opened.
+type Publication struct {
+	c      *Config
+	w      *atomicfile.Pending // nil until the directory is open
+	o      Owner
+	id     string
+	names  []string // the directory as listed under the lock
+	listed bool     // names is the listing
+}
+
+// Stage begins a publication in the config's directory. A directory that
+// is not there yet, or cannot be opened now, is left to Write, which
+// makes it or reports why not.
+func (c *Config) Stage() *Publication {
+	p := &Publication{c: c}
+	p.w, _ = atomicfile.Open(c.Dir, 0o644)
+	return p
+}
+
+// Orphans is Config.Orphans for a publication, whose Write sweeps: it
+// lists the directory, once for Write as well, and returns the
+// request-ids of o's files for which held reports false. A directory not
+// there yet has none.
+func (p *Publication) Orphans(o Owner, held func(id string) bool) ([]string, error) {
+	if err := o.valid(); err != nil {
+		return nil, err
+	}
+	if err := p.list(); err != nil {
+		return nil, err
+	}
+	return p.c.orphans(p.names, o, held), nil
+}
+
+// list lists the directory once, if it is open.
+func (p *Publication) list() error {
+	if p.listed || p.w == nil {
+		return nil
+	}
+	names, err := p.w.Names()
+	if err != nil {
+		return err
+	}
+	p.names, p.listed = names, true
+	return nil
+}
+
+// Write puts the owner's spec of the request in place, without an fsync
+// (Sync): the content and the refusals of Config.Write, from the listing
+// of Orphans when it ran.
+func (p *Publication) Write(o Owner, requestID string, nodes []Node, devs []Device) error {
+	c := p.c
+	if err := o.valid(); err != nil {
+		return err
+	}
+	if err := validID(requestID); err != nil {
 		return err
 	}
 	b, err := c.content(requestID, nodes, devs)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+	if p.w == nil {
+		if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+			return err
+		}
+		if p.w, err = atomicfile.Open(c.Dir, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := p.list(); err != nil {
 		return err
 	}
-	name := filepath.Base(c.Path(o, requestID))
-	if err := atomicfile.WriteBytes(c.Dir, name, atomicfile.Options{Temp: c.tempPattern(o), Perm: 0o644}, b); err != nil {
+	p.o, p.id = o, requestID
+	if err := c.foreign(p.names, o, requestID); err != nil {
+		return err
+	}
+	p.w.Sweep(c.tempPattern(o), p.names)
+	if err := p.w.Place(filepath.Base(c.Path(o, requestID)), c.tempPattern(o), b); err != nil {
 		return fmt.Errorf("writing CDI spec: %w", err)
 	}
-	// Two stores writing the same name at once both see the other here,
-	// or the later one does; never neither.
-	if err := c.foreign(o, requestID); err != nil {
-		return errors.Join(err, c.Remove(o, requestID))
+	return nil
+}
+
+// Sync makes the written spec durable once no other owner's file defines
+// the request-id: ErrForeign if one does now, else the fsyncs' error.
+func (p *Publication) Sync() error {
+	names, err := p.w.Names()
+	if err != nil {
+		return err
+	}
+	if err := p.c.foreign(names, p.o, p.id); err != nil {
+		return err
+	}
+	if err := p.w.Sync(); err != nil {
+		return fmt.Errorf("writing CDI spec: %w", err)
 	}
 	return nil
+}
+
+// Withdraw removes the spec Write put in place and reports whether it
+// did: a file that a later writer of the owner has put there since, or
+// removed, is left as it is. The caller holds its store's lock.
+func (p *Publication) Withdraw() (bool, error) {
+	if p.w == nil {
+		return false, nil
+	}
+	return p.w.Withdraw()
+}
+
+// Close releases the directory and the file; a spec never written leaves
+// nothing behind.
+func (p *Publication) Close() {
+	if p.w != nil {
+		p.w.Close()
+	}
 }
 
 // content is the spec file of a request: one device named after it, then
@@ -307,13 +432,10 @@ func (c *Config) content(requestID string, nodes []Node, devs []Device) ([]byte,
 	return append(b, '\n'), err
 }
 
-// foreign returns ErrForeign naming the first spec file of this kind, not
-// the owner's, that defines the request-id's device.
-func (c *Config) foreign(o Owner, requestID string) error {
-	names, err := c.names()
-	if err != nil {
-		return err
-	}
+// foreign returns ErrForeign naming the first spec file of this kind
+// among names (a listing of the directory), not the owner's, that
+// defines the request-id's device.
+func (c *Config) foreign(names []string, o Owner, requestID string) error {
 	mine := filepath.Base(c.Path(o, requestID))
 	for _, name := range names {
 		id, ok := strings.CutPrefix(name, c.prefix())
@@ -349,11 +471,13 @@ func (c *Config) Remove(o Owner, requestID string) error {
 	if err := validID(requestID); err != nil {
 		return err
 	}
-	err := os.Remove(c.Path(o, requestID))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	// unlink alone: os.Remove would try rmdir after a failed unlink, a
+	// second syscall under the caller's lock for the usual missing file.
+	path := c.Path(o, requestID)
+	if err := unix.Unlink(path); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "remove", Path: path, Err: err}
 	}
-	return err
+	return nil
 }
 
 // tempPattern is the pattern of the owner's temporary spec files
@@ -375,7 +499,13 @@ func (c *Config) Orphans(o Owner, held func(id string) bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	atomicfile.Sweep(c.Dir, c.tempPattern(o))
+	atomicfile.SweepListed(c.Dir, c.tempPattern(o), names)
+	return c.orphans(names, o, held), nil
+}
+
+// orphans are the request-ids of o's spec files among names for which
+// held reports false.
+func (c *Config) orphans(names []string, o Owner, held func(id string) bool) []string {
 	var out []string
 	for _, name := range names {
 		id, ok := strings.CutPrefix(name, c.prefix())
@@ -387,5 +517,5 @@ func (c *Config) Orphans(o Owner, held func(id string) bool) ([]string, error) {
 			out = append(out, id)
 		}
 	}
-	return out, nil
+	return out
 }

@@ -333,3 +333,128 @@ func TestFilePrefix(t *testing.T) {
 		}
 	}
 }
+
+// dirNames lists dir, sorted; a missing one is empty.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// A Publication puts the spec in place under the caller's lock, whole,
+// before Sync; Sync refuses a file of another owner that defines the
+// request-id since; Withdraw takes back the written file only while it is
+// still there, never a later writer's.
+func TestPublication(t *testing.T) {
+	a, b := Owner{Plugin: "drm", Store: "aa"}, Owner{Plugin: "drm", Store: "bb"}
+	nodes := []Node{{Path: "/dev/dri/card0", Type: "c", Major: 226}}
+	tests := []struct {
+		name     string
+		between  func(t *testing.T, c *Config) // after Write, before Sync: another command of the directory
+		foreign  bool                          // Sync fails with ErrForeign
+		withdraw bool                          // Withdraw removes the file
+		left     []string                      // the directory at the end
+	}{
+		{name: "alone", between: func(*testing.T, *Config) {},
+			withdraw: true, left: nil},
+		{name: "another store writes the name", between: func(t *testing.T, c *Config) {
+			if err := os.WriteFile(c.Path(b, "r1"), []byte("{}"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, foreign: true, withdraw: true, left: []string{"example.com-gpu_r1_drm-bb.json"}},
+		{name: "a later write of the owner", between: func(t *testing.T, c *Config) {
+			if err := c.Write(a, "r1", nil, nil); err != nil {
+				t.Fatal(err)
+			}
+		}, withdraw: false, left: []string{"example.com-gpu_r1_drm-aa.json"}},
+		{name: "removed since (a DEL)", between: func(t *testing.T, c *Config) {
+			if err := c.Remove(a, "r1"); err != nil {
+				t.Fatal(err)
+			}
+		}, withdraw: false, left: nil},
+	}
+	for _, tt := range tests {
+		c := &Config{Kind: "example.com/gpu", Dir: filepath.Join(t.TempDir(), "cdi")}
+		if tt.name != "alone" { // the directory there before, or made by Write
+			if err := os.Mkdir(c.Dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := c.Stage()
+		if err := p.Write(a, "r1", nodes, nil); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if b, err := os.ReadFile(c.Path(a, "r1")); err != nil || !strings.Contains(string(b), `"/dev/dri/card0"`) {
+			t.Errorf("%s: the spec before Sync: %q, %v", tt.name, b, err)
+		}
+		tt.between(t, c)
+		if err := p.Sync(); errors.Is(err, ErrForeign) != tt.foreign || !tt.foreign && err != nil {
+			t.Errorf("%s: Sync = %v, want ErrForeign %v", tt.name, err, tt.foreign)
+		}
+		if ok, err := p.Withdraw(); ok != tt.withdraw || err != nil {
+			t.Errorf("%s: Withdraw = %v, %v; want %v", tt.name, ok, err, tt.withdraw)
+		}
+		p.Close()
+		if got := dirNames(t, c.Dir); !slices.Equal(got, tt.left) {
+			t.Errorf("%s: the directory holds %v, want %v", tt.name, got, tt.left)
+		}
+	}
+}
+
+// Orphans of a Publication answers as Config.Orphans does, from the
+// listing Write uses too; a Publication never written leaves nothing
+// behind, and one refused leaves no file either.
+func TestPublicationOrphans(t *testing.T) {
+	c := &Config{Kind: "example.com/gpu", Dir: t.TempDir()}
+	o := Owner{Plugin: "drm", Store: "aa"}
+	for _, id := range []string{"held", "gone"} {
+		if err := c.Write(o, id, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(c.Path(Owner{Plugin: "drm", Store: "bb"}, "taken"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := dirNames(t, c.Dir)
+	p := c.Stage()
+	p.Close()
+	if got := dirNames(t, c.Dir); !slices.Equal(got, before) {
+		t.Errorf("an unwritten publication left %v, was %v", got, before)
+	}
+	p = c.Stage()
+	if err := p.Write(o, "taken", nil, nil); !errors.Is(err, ErrForeign) {
+		t.Errorf("Write over another owner's device name: %v", err)
+	}
+	p.Close()
+	if got := dirNames(t, c.Dir); !slices.Equal(got, before) {
+		t.Errorf("a refused publication left %v, was %v", got, before)
+	}
+	p = c.Stage()
+	defer p.Close()
+	held := func(id string) bool { return id != "gone" }
+	want, err := c.Orphans(o, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Orphans(o, held); err != nil || !slices.Equal(got, []string{"gone"}) || !slices.Equal(got, want) {
+		t.Errorf("Orphans = %v, %v; Config.Orphans %v; want [gone]", got, err, want)
+	}
+	// Write answers from that listing: a file of another owner made
+	// since is for Sync to find.
+	if err := os.WriteFile(c.Path(Owner{Plugin: "drm", Store: "bb"}, "new"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(o, "new", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(); !errors.Is(err, ErrForeign) {
+		t.Errorf("Sync with another owner's file of the request-id: %v", err)
+	}
+}

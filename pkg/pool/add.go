@@ -17,7 +17,9 @@ import (
 // config asks for one. It reads as ADD runs:
 //
 //  0. refuse a cdi_spec whose hooks anyone but root could replace
-//     (CheckHooks, 101), before the store is touched;
+//     (CheckHooks, 101), before the store is touched; with a cdi_spec,
+//     open the spec directory and make the spec's file, unnamed
+//     (cdispec.Config.Stage), so that its inode is not made under the lock;
 //  1. open the store, which takes its lock, and start the deadlines of the
 //     hold (Pool.begin);
 //  2. discover the usable devices, inside the transaction (adder.discover);
@@ -25,22 +27,45 @@ import (
 //     (adder.allocate, choose.go);
 //  4. verify the chosen devices live, discovering again once if one
 //     fails (adder.choose), or set them up (Setup.Handout);
-//  5. put the record, committed with the transaction;
-//  6. publish the CDI spec (adder.publish, publish.go).
+//  5. put the record and remove the store's orphaned spec files (one
+//     listing of the spec directory, adder.removeOrphans), committed
+//     with the transaction;
+//  6. put the CDI spec in place, renamed over the old one, from the same
+//     listing (adder.publish, publish.go), and release the lock;
+//  7. make the spec durable (fsync of the file and the directory) before
+//     the answer, or take the allocation back (adder.settle).
 //
 // A failure anywhere rolls the transaction back and undoes the setup.
 func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 	if err := p.CheckHooks(c); err != nil {
 		return nil, err
 	}
+	var pub *cdispec.Publication
+	if p.Spec != nil {
+		pub = p.Spec.config().Stage()
+		defer pub.Close()
+	}
+	a, res, err := p.add(ctx, c, pub)
+	if err != nil || pub == nil {
+		return res, err
+	}
+	if err := a.settle(ctx, pub); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// add is ADD while it holds the store's lock: steps 1 to 6.
+func (p Pool) add(ctx context.Context, c *skel.Call, pub *cdispec.Publication) (*adder, *skel.AddResult, error) {
 	s, err := p.begin(ctx, c, store.Options{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer s.end()
 	a := p.adder(s)
 	err = s.st.Update(func(tx *store.Tx) error {
 		a.holder = tx.Holder
+		a.owner = cdispec.Owner{Plugin: p.Name, Store: tx.ID()}
 		rec, err := a.record(tx)
 		if err != nil {
 			return err
@@ -70,24 +95,29 @@ func (p Pool) Add(ctx context.Context, c *skel.Call) (*skel.AddResult, error) {
 			changed = true
 		}
 		a.rec = *rec
-		if !changed {
-			return nil
+		if changed {
+			if err := tx.Put(rec); err != nil {
+				return err
+			}
 		}
-		return tx.Put(rec)
+		if pub != nil {
+			a.removeOrphans(tx, pub)
+		}
+		return nil
 	})
 	if err != nil {
 		a.undo()
-		return nil, storeError(err)
+		return nil, nil, storeError(err)
 	}
 	res := a.result()
-	if p.Spec != nil {
-		if err := a.publish(); err != nil {
-			return nil, err
+	if pub != nil {
+		if err := a.publish(pub); err != nil {
+			return nil, nil, err
 		}
 		res.CDIDevices = []string{p.Spec.config().QualifiedName(c.RequestID)}
 		res.CDIKeyDevices = p.Spec.config().QualifiedKeyNames(c.RequestID, specDevices(c.Env.HostRoot, a.rec.Allocations))
 	}
-	return res, nil
+	return a, res, nil
 }
 
 // adder is the state of one ADD: what it found, chose and set up.
@@ -104,7 +134,8 @@ type adder struct {
 	taken     map[string]bool   // by earlier items of this request
 	held      []answer          // per request item, in request order
 	undos     []func(context.Context)
-	rec       store.Record // the request's record after this call
+	rec       store.Record  // the request's record after this call
+	owner     cdispec.Owner // of the spec files of the store (docs/cdi-bridge.md#ownership)
 }
 
 // adder starts an ADD in session s: it picks by count, or, for a pinned
@@ -136,7 +167,7 @@ func (a *adder) record(tx *store.Tx) (*store.Record, error) {
 		return rec, err
 	}
 	if a.pool.Spec != nil {
-		a.pool.removeSpec(a.call, cdispec.Owner{Plugin: a.pool.Name, Store: tx.ID()}, a.call.RequestID)
+		a.pool.removeSpec(a.call, a.owner, a.call.RequestID)
 	}
 	return &store.Record{ID: a.call.RequestID, Type: a.call.Config.Type, Owner: a.call.Owner}, nil
 }

@@ -738,6 +738,74 @@ func TestPublishFailure(t *testing.T) {
 	}
 }
 
+// TestSettleFailure: when the spec cannot be made durable after the
+// store's lock is released (here another store's file of the request-id
+// appears then, which takes the same way as a failed fsync), ADD fails
+// with 107 and takes back, in a new hold, its spec, what it allocated and
+// its setup; what an earlier ADD of the request holds stays. When a DEL
+// or an ADD of the request-id ran in between, what it decided stays.
+func TestSettleFailure(t *testing.T) {
+	tests := []struct {
+		name    string
+		between func(e *env) // after ADD's hold, before it settles
+		records []string     // what a holds afterwards
+		undone  []string     // the setups undone
+		spec    []string     // the nodes of a's spec afterwards
+		msg     string       // in the error
+	}{
+		{name: "alone", between: func(*env) {},
+			records: []string{"g0"}, undone: []string{"gpu-mem"}, spec: nil, msg: "writing CDI spec"},
+		{name: "a DEL in between", between: func(e *env) {
+			if err := e.del("a"); err != nil {
+				e.t.Fatal(err)
+			}
+		}, records: nil, undone: nil, spec: nil, msg: "the allocation stays"},
+		{name: "a replay in between", between: func(e *env) {
+			if _, err := e.add("a", "gpu:1,gpu-mem:1"); err != nil {
+				e.t.Fatal(err)
+			}
+		}, records: []string{"g0", "g1"}, undone: nil, spec: []string{"/dev/set-up-g0", "/dev/set-up-g1"}, msg: "the allocation stays"},
+	}
+	for _, tt := range tests {
+		e := specEnv(t)
+		r := &recorder{}
+		e.pool.Setup = setupFuncs{handout: r.handout}
+		if _, err := e.add("a", "gpu:1"); err != nil {
+			t.Fatal(err)
+		}
+		c := e.call(protocol.CmdAdd, "a", "gpu:1,gpu-mem:1", nil)
+		pub := e.pool.Spec.config().Stage()
+		a, _, err := e.pool.add(context.Background(), c, pub)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		tt.between(e)
+		// Another store writes the name (its own checks would refuse it
+		// while this store's file is there: it goes in by hand).
+		other := cdispec.Owner{Plugin: "fake", Store: "0123"}
+		if err := os.WriteFile(e.pool.Spec.config().Path(other, "a"), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err = a.settle(context.Background(), pub)
+		pub.Close()
+		if code(err) != protocol.CodeSetup || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%s: settle = %v; want 107 with %q", tt.name, err, tt.msg)
+		}
+		if got := e.records()["a"]; !slices.Equal(got, tt.records) {
+			t.Errorf("%s: a holds %v, want %v", tt.name, got, tt.records)
+		}
+		if !slices.Equal(r.undone, tt.undone) {
+			t.Errorf("%s: undone %v, want %v", tt.name, r.undone, tt.undone)
+		}
+		if got := e.specNodes("a"); !slices.Equal(got[:min(len(got), 2)], tt.spec) {
+			t.Errorf("%s: spec of a lists %v, want %v first", tt.name, got, tt.spec)
+		}
+		if _, err := os.Stat(e.pool.Spec.config().Path(other, "a")); err != nil {
+			t.Errorf("%s: the other store's spec: %v", tt.name, err)
+		}
+	}
+}
+
 func TestArgs(t *testing.T) {
 	var a struct {
 		K int `json:"k"`

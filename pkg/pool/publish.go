@@ -1,6 +1,9 @@
 package pool
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/cdi-exec/plugins/internal/cdispec"
@@ -9,14 +12,16 @@ import (
 	"github.com/cdi-exec/plugins/pkg/skel"
 )
 
-// publish writes the request's CDI spec with every node the request-id
-// holds in this plugin, and an entry of its own for each device (see
-// specDevices). The record is committed first: a crash in between
-// leaves a record without a spec, which the next ADD replay rewrites, never
-// a spec claiming free devices. If the spec cannot be written, the
+// publish puts the request's CDI spec in place with every node the
+// request-id holds in this plugin, and an entry of its own for each
+// device (see specDevices); settle makes it durable once the store's
+// lock is released. The record is committed first: a crash in between
+// leaves a record without a spec (or, before settle, with one that may be
+// empty or torn after the reboot), which the next ADD replay rewrites,
+// never a spec claiming free devices. If the spec cannot be written, the
 // allocations this call made are taken back and their setup undone.
-func (a *adder) publish() error {
-	spec, c, st := a.pool.Spec.config(), a.call, a.st
+func (a *adder) publish(pub *cdispec.Publication) error {
+	spec, c := a.pool.Spec.config(), a.call
 	allocs := make([]store.Allocation, len(a.rec.Allocations))
 	for i, al := range a.rec.Allocations {
 		allocs[i] = a.current(al) // a replay publishes the nodes it answers
@@ -36,18 +41,54 @@ func (a *adder) publish() error {
 			devs[i].Nodes[j].Permissions = perms[devs[i].Nodes[j].Path]
 		}
 	}
-	owner := a.pool.owner(st)
 	// A container_edits mount whose host path is missing is refused, not
 	// written for the runtime to fail on (or to bind an empty directory).
 	err := spec.CheckHost(c.Env.HostRoot)
 	if err == nil {
-		err = spec.Write(owner, c.RequestID, nodes, devs)
+		err = pub.Write(a.owner, c.RequestID, nodes, devs)
 	}
 	if err == nil {
-		a.pool.removeOrphans(st, c)
 		return nil
 	}
-	rollback := st.Update(func(tx *store.Tx) error {
+	return a.takeBack(err)
+}
+
+// settle makes the published spec durable after the store's lock is
+// released and before the answer (cdispec.Publication.Sync): fsyncs of
+// the file and the directory, and a last look for another store's file
+// of the request-id. If that fails, the ADD fails with 107 once it has
+// taken back, in a new hold of the store, what publish takes back when
+// the write fails: the spec, then the allocations this call made, then
+// their setup. It does so only while the spec is still the one it wrote:
+// a DEL, GC or ADD of the request-id that ran in between has decided the
+// record and the file since, and what it decided stays.
+func (a *adder) settle(ctx context.Context, pub *cdispec.Publication) error {
+	err := pub.Sync()
+	if err == nil {
+		return nil
+	}
+	s, oerr := a.pool.begin(ctx, a.call, store.Options{Existing: true})
+	if oerr != nil {
+		return a.specError(err, fmt.Errorf("the allocation stays: %w", oerr))
+	}
+	defer s.end()
+	a.session = s
+	ours, werr := pub.Withdraw()
+	switch {
+	case werr != nil:
+		return a.specError(err, fmt.Errorf("the allocation stays: removing the spec: %w", werr))
+	case !ours:
+		return a.specError(err, errors.New("the allocation stays: a later command of the request-id replaced or removed the spec"))
+	}
+	return a.takeBack(err)
+}
+
+// takeBack takes back, in the session's transaction, the allocations
+// this call made and undoes their setup, after its spec could not be
+// written (cause); the answer is 107.
+func (a *adder) takeBack(cause error) error {
+	c := a.call
+	rollback := a.st.Update(func(tx *store.Tx) error {
 		cur, err := tx.Get(c.RequestID)
 		if err != nil || cur == nil {
 			return err
@@ -57,9 +98,19 @@ func (a *adder) publish() error {
 	})
 	a.undo()
 	if rollback != nil {
-		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; taking the allocation back also failed: %v", spec.Path(owner, c.RequestID), err, rollback)
+		rollback = fmt.Errorf("taking the allocation back also failed: %w", rollback)
 	}
-	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", spec.Path(owner, c.RequestID), err)
+	return a.specError(cause, rollback)
+}
+
+// specError is the 107 of a spec that could not be written (cause), with
+// what became of the allocation when that went wrong too (also).
+func (a *adder) specError(cause, also error) error {
+	path := a.pool.Spec.config().Path(a.owner, a.call.RequestID)
+	if also != nil {
+		return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %v; %v", path, cause, also)
+	}
+	return protocol.Errorf(protocol.CodeSetup, "writing CDI spec %s: %w", path, cause)
 }
 
 // specDevices are the devices of a request's allocations with the nodes
@@ -143,24 +194,43 @@ func (p Pool) owner(st *store.Store) cdispec.Owner {
 
 // removeOrphans deletes the store's own spec files whose request-id holds
 // nothing in it: left by a crash between a DEL's commit and its file
-// removal. Other stores' files are never touched.
+// removal. Other stores' files are never touched. GC looks for them in a
+// transaction of its own.
 func (p Pool) removeOrphans(st *store.Store, c *skel.Call) {
 	_ = st.View(func(tx *store.Tx) error {
 		o := cdispec.Owner{Plugin: p.Name, Store: tx.ID()}
-		ids, err := p.Spec.config().Orphans(o, func(id string) bool {
-			r, err := tx.Get(id)
-			return err != nil || r != nil
-		})
-		if err != nil {
-			c.Warnf("looking for orphaned CDI specs: %v", err)
-		}
-		for _, id := range ids {
-			if err := p.Spec.config().Remove(o, id); err != nil {
-				c.Warnf("removing orphaned CDI spec: %v", err)
-			}
-		}
+		ids, err := p.Spec.config().Orphans(o, held(tx))
+		p.removeEach(c, o, ids, err)
 		return nil
 	})
+}
+
+// removeOrphans is Pool.removeOrphans in ADD's transaction, from the
+// listing of the spec directory that publish uses too.
+func (a *adder) removeOrphans(tx *store.Tx, pub *cdispec.Publication) {
+	ids, err := pub.Orphans(a.owner, held(tx))
+	a.pool.removeEach(a.call, a.owner, ids, err)
+}
+
+// held reports whether a request-id holds something in tx; when its
+// record cannot be read, it is taken as held.
+func held(tx *store.Tx) func(id string) bool {
+	return func(id string) bool {
+		r, err := tx.Get(id)
+		return err != nil || r != nil
+	}
+}
+
+// removeEach removes o's orphaned spec files of ids, as found with err.
+func (p Pool) removeEach(c *skel.Call, o cdispec.Owner, ids []string, err error) {
+	if err != nil {
+		c.Warnf("looking for orphaned CDI specs: %v", err)
+	}
+	for _, id := range ids {
+		if err := p.Spec.config().Remove(o, id); err != nil {
+			c.Warnf("removing orphaned CDI spec: %v", err)
+		}
+	}
 }
 
 // unpublish removes the store's own spec file of a request, if specs are

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
@@ -296,5 +298,65 @@ func TestCDISpecOwnership(t *testing.T) {
 	ok(a, "sriov", vgpu, "CDI_COMMAND=GC", "CDI_VALID_REQUEST_IDS=none")
 	if got := specs(all); got != "vgpu/vb" {
 		t.Fatalf("after a's DEL and GC: %s", got)
+	}
+}
+
+// ADDs and DELs of the same request-ids at once, each ADD putting its spec
+// in place under the store's lock and making it durable after it: however
+// they interleave, the store's spec files are exactly the files of the
+// request-ids it holds something for, each one whole (the upstream
+// library loads them all), and no temporary file is left.
+func TestCDISpecConcurrentAddDel(t *testing.T) {
+	n := newNode(t, eightGPUs())
+	dir := filepath.Join(t.TempDir(), "cdi")
+	conf := drmConf(`{"cdi_spec":{"kind":"example.com/gpu","dir":"` + dir + `"}}`)
+	const ids, rounds = 6, 3
+	for round := range rounds {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		results := make([]result, 2*ids)
+		for i := range 2 * ids {
+			env := []string{"CDI_COMMAND=ADD", "CDI_REQUEST=gpu:1"}
+			if i%2 == 1 {
+				env = []string{"CDI_COMMAND=DEL"}
+			}
+			env = append(env, "CDI_LOCK_TIMEOUT=60", fmt.Sprintf("CDI_REQUEST_ID=p%d", i/2))
+			wg.Go(func() {
+				<-start
+				results[i] = n.run("drm", conf, env...)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, r := range results {
+			if i%2 == 0 && r.status != 0 {
+				t.Fatalf("round %d: ADD of p%d: %s%s", round, i/2, r.stdout, r.stderr)
+			}
+		}
+		suffix := "_drm-" + n.storeID("drm") + ".json"
+		var files, held []string
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			id, ok := strings.CutSuffix(strings.TrimPrefix(e.Name(), "example.com-gpu_"), suffix)
+			if !ok {
+				t.Fatalf("round %d: %s left in the spec directory", round, e.Name())
+			}
+			files = append(files, id)
+		}
+		for id, rec := range n.records("drm") {
+			if len(rec.Devices()) > 0 {
+				held = append(held, id)
+			}
+		}
+		slices.Sort(files)
+		slices.Sort(held)
+		if !slices.Equal(files, held) {
+			t.Fatalf("round %d: spec files of %v, the store holds %v", round, files, held)
+		}
+		t.Logf("round %d: %d of %d request-ids hold their GPU", round, len(held), ids)
+		loadCache(t, dir)
 	}
 }
