@@ -198,7 +198,7 @@ e2e-cluster: build
 # the floor driver (test/k8s/floordriver), one at a time and in batches,
 # and the drivers' prepare latency (docs/performance.md, "Pod
 # start with a claim"), on the real node as e2e-cluster runs it; not run
-# in CI. BENCH_K8S_RUNS, BENCH_K8S_BATCHES and BENCH_K8S_BATCH (from the
+# in CI. BENCH_K8S_RUNS, BENCH_K8S_BATCHES, BENCH_K8S_BATCH and BENCH_K8S_DRIVER_ARGS (from the
 # environment) size it; BENCH_K8S_STRICT=1 fails on a missed target;
 # BENCH_K8S_FLAGS go to go test.
 BENCH_K8S_FLAGS ?=
