@@ -49,6 +49,15 @@ func LockByte(ctx context.Context, f *os.File, off int64) error {
 	return wait(ctx, f, byteLock{off})
 }
 
+// UnlockByte releases f's lock of the byte at off, if it holds one.
+// Closing f releases its locks only once no other descriptor of the
+// file is open, and a wait that ended with its context keeps one until
+// it gets its byte: a caller that gives up after taking some bytes
+// releases them itself.
+func UnlockByte(f *os.File, off int64) error {
+	return wrap(f, byteLock{off}, byteLock{off}.set(int(f.Fd()), unix.F_OFD_SETLK, unix.F_UNLCK))
+}
+
 // lock is one kind of lock: taken at once or not (try), taken waiting in
 // the kernel (block), and released; each on a descriptor of the file.
 type lock interface {

@@ -765,6 +765,20 @@ func TestSettleFailure(t *testing.T) {
 				e.t.Fatal(err)
 			}
 		}, records: []string{"g0", "g1"}, undone: nil, spec: []string{"/dev/set-up-g0", "/dev/set-up-g1"}, msg: "the allocation stays"},
+		// A DEL that committed but could not remove the spec (its removal
+		// is only a warning): the file is still this ADD's, the record is
+		// gone, and the setup is left alone, for a later ADD may hold the
+		// devices.
+		{name: "a record gone, its spec left", between: func(e *env) {
+			st, err := store.Open(store.Path(e.state, "fake"), store.Options{Timeout: time.Second})
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			defer st.Close()
+			if err := st.Update(func(tx *store.Tx) error { _, err := tx.Delete("a"); return err }); err != nil {
+				e.t.Fatal(err)
+			}
+		}, records: nil, undone: nil, spec: nil, msg: "writing CDI spec"},
 	}
 	for _, tt := range tests {
 		e := specEnv(t)

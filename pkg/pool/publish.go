@@ -67,6 +67,13 @@ func (a *adder) settle(ctx context.Context, pub *cdispec.Publication) error {
 	if err == nil {
 		return nil
 	}
+	// A replay that made nothing keeps the spec it renamed into place: it
+	// names what the record holds, as the file it replaced did, and
+	// withdrawing it would leave the id with no spec at all. Another
+	// store's file of the id is the exception: both never keep theirs.
+	if !slices.ContainsFunc(a.held, func(h answer) bool { return h.fresh }) && !errors.Is(err, cdispec.ErrForeign) {
+		return a.specError(err, errors.New("the allocation and its spec stay, as a replay of what the request-id holds"))
+	}
 	s, oerr := a.pool.begin(ctx, a.call, store.Options{Existing: true})
 	if oerr != nil {
 		return a.specError(err, fmt.Errorf("the allocation stays: %w", oerr))
@@ -88,15 +95,22 @@ func (a *adder) settle(ctx context.Context, pub *cdispec.Publication) error {
 // written (cause); the answer is 107.
 func (a *adder) takeBack(cause error) error {
 	c := a.call
+	took := false // the record held allocations of this call, now removed
 	rollback := a.st.Update(func(tx *store.Tx) error {
 		cur, err := tx.Get(c.RequestID)
 		if err != nil || cur == nil {
 			return err
 		}
+		n := len(cur.Allocations)
 		cur.Allocations = slices.DeleteFunc(cur.Allocations, a.fresh)
+		took = len(cur.Allocations) < n
 		return tx.Replace(cur)
 	})
-	a.undo()
+	// The setup goes with the allocations, and only with them: a record a
+	// DEL removed meanwhile may have let a later ADD set the devices up.
+	if took && rollback == nil {
+		a.undo()
+	}
 	if rollback != nil {
 		rollback = fmt.Errorf("taking the allocation back also failed: %w", rollback)
 	}

@@ -148,7 +148,6 @@ func TestBenchPodStart(t *testing.T) {
 	}
 }
 
-// benchKnob reads a positive count from the environment.
 // driverArgs appends args (BENCH_K8S_DRIVER_ARGS, for a comparison of
 // the driver's flags in one place) to the DaemonSet's container's.
 func driverArgs(t *testing.T, objs []runtime.Object, args []string) {
@@ -167,6 +166,7 @@ func driverArgs(t *testing.T, objs []runtime.Object, args []string) {
 	t.Fatal("no DaemonSet to give BENCH_K8S_DRIVER_ARGS to")
 }
 
+// benchKnob reads a positive count from the environment.
 func benchKnob(t *testing.T, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {

@@ -149,8 +149,14 @@ func (f *File) LockClaims(ctx context.Context, uids []string) (unlock func(), er
 	if err != nil {
 		return nil, fmt.Errorf("claim locks: %w", err)
 	}
-	for _, off := range slices.Compact(offs) {
+	offs = slices.Compact(offs)
+	for i, off := range offs {
 		if err := filelock.LockByte(ctx, l, off); err != nil {
+			// The wait that gave up keeps the file open until it gets its
+			// byte, so closing l would not free the bytes taken before.
+			for _, taken := range offs[:i] {
+				_ = filelock.UnlockByte(l, taken)
+			}
 			l.Close()
 			return nil, fmt.Errorf("claim locks: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"os"
 	"path/filepath"
@@ -277,6 +278,37 @@ func TestLockClaims(t *testing.T) {
 	again, err := theirs.LockClaims(t.Context(), []string{"a"})
 	if err != nil {
 		t.Fatalf("after unlock: %v", err)
+	}
+	again()
+}
+
+// A caller that gives up on a claim's lock frees the locks of the claims
+// it took before it, though its wait for the last one goes on in the
+// kernel until that claim is free.
+func TestLockClaimsGiveUpFreesTaken(t *testing.T) {
+	dir := t.TempDir()
+	// first and last by their lock bytes, which LockClaims takes in order.
+	first, last := "a", "b"
+	lockByte := func(uid string) uint32 { h := fnv.New32a(); h.Write([]byte(uid)); return h.Sum32() }
+	if lockByte(first) > lockByte(last) {
+		first, last = last, first
+	}
+	holder, quitter, next := open(t, dir), open(t, dir), open(t, dir)
+	unlock, err := holder.LockClaims(t.Context(), []string{last})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := quitter.LockClaims(ctx, []string{first, last}); err == nil {
+		t.Fatal("took a claim's lock while it was held")
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	again, err := next.LockClaims(ctx, []string{first})
+	if err != nil {
+		t.Fatalf("the claim the quitter took before it gave up is still locked: %v", err)
 	}
 	again()
 }

@@ -167,8 +167,14 @@ func (pb *publisher) podsOfNode(ctx context.Context) {
 	}
 }
 
+// nodeReadTimeout bounds the read of the node's allocatable pods, which
+// the poll that publishes the slices waits for.
+const nodeReadTimeout = 10 * time.Second
+
 // allocatablePods reads status.allocatable["pods"] of the node by name.
 func allocatablePods(ctx context.Context, client kubernetes.Interface, node string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, nodeReadTimeout)
+	defer cancel()
 	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return 0, err
