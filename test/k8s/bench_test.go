@@ -313,6 +313,11 @@ type sample struct {
 	// histograms (its prepares and unprepares, its plugin's ADDs),
 	// observed during the measurement.
 	kubeletPrepare, kubeletUnprepare, driverPrepare, driverUnprepare, pluginADD histogram
+	// The API server's GETs of one ResourceClaim (the helper's, inside
+	// each prepare; the floor driver's too), and the time requests of
+	// the service-accounts flow schema, which our driver's are, waited in
+	// its priority and fairness queues.
+	claimGET, apfWait histogram
 }
 
 // measure runs one batch and reads what the driver and the kubelet
@@ -324,6 +329,7 @@ func (b *bench) measure(ctx context.Context, t *testing.T, k kind, n int) sample
 		t.Fatal(err)
 	}
 	kBefore, dBefore := b.scrape(ctx, t, k.driver())
+	aBefore := b.scrapeAPIServer(ctx, t)
 	s := b.batch(ctx, t, k, n)
 	want := 0
 	if k == ourClaim {
@@ -333,6 +339,8 @@ func (b *bench) measure(ctx context.Context, t *testing.T, k kind, n int) sample
 	s.prepare, s.unprepare = tookFromLog(t, log, "prepare"), tookFromLog(t, log, "unprepare")
 	s.calls = callsFromLog(t, log, "NodePrepareResources")
 	kAfter, dAfter := b.scrape(ctx, t, k.driver())
+	aAfter := b.scrapeAPIServer(ctx, t)
+	s.claimGET, s.apfWait = aAfter[0].minus(aBefore[0]), aAfter[1].minus(aBefore[1])
 	s.kubeletPrepare, s.kubeletUnprepare = kAfter[0].minus(kBefore[0]), kAfter[1].minus(kBefore[1])
 	s.driverPrepare, s.driverUnprepare = dAfter[0].minus(dBefore[0]), dAfter[1].minus(dBefore[1])
 	s.pluginADD = dAfter[2].minus(dBefore[2])
@@ -412,6 +420,28 @@ func (b *bench) scrape(ctx context.Context, t *testing.T, name string) (kubelet 
 		t.Fatal(err)
 	}
 	return kubelet, driver
+}
+
+// scrapeAPIServer reads the API server's histograms of GETs of one
+// ResourceClaim and of the priority and fairness queueing of the
+// service-accounts flow schema's requests.
+func (b *bench) scrapeAPIServer(ctx context.Context, t *testing.T) (h [2]histogram) {
+	t.Helper()
+	text, err := b.c.APIServerMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h[0], err = histograms(text, "apiserver_request_duration_seconds", func(l map[string]string) bool {
+		return l["verb"] == "GET" && l["resource"] == "resourceclaims" && l["subresource"] == ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if h[1], err = histograms(text, "apiserver_flowcontrol_request_wait_duration_seconds", func(l map[string]string) bool {
+		return l["flow_schema"] == "service-accounts" && l["execute"] == "true"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // tookRE matches the driver's log line of a prepare or unprepare that
@@ -830,6 +860,10 @@ func (r report) String() string {
 			}
 			writeHist(&b, name, kubeletSource(floorDriver), ph.flor.hist(op.kubelet))
 		}
+		writeHist(&b, "prepare and unprepare, "+ph.name+", our claims", "the API server's GETs of a ResourceClaim (apiserver_request_duration_seconds)",
+			ph.ours.hist(func(s sample) histogram { return s.claimGET }))
+		writeHist(&b, "prepare and unprepare, "+ph.name+", our claims", "the API server's queueing of the service-accounts flow schema (apiserver_flowcontrol_request_wait_duration_seconds)",
+			ph.ours.hist(func(s sample) histogram { return s.apfWait }))
 	}
 	b.WriteString("\nHistogram medians and p90s are estimated from the buckets; their means are exact.\n")
 	var busy []time.Duration

@@ -366,6 +366,12 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}, c.Kubelet)
 }
 
+// APIServerMetrics returns the API server's Prometheus metrics.
+func (c *Cluster) APIServerMetrics(ctx context.Context) (string, error) {
+	b, err := c.admin.get(ctx, c.server+"/metrics")
+	return string(b), err
+}
+
 // Get decodes the API object at path (such as /api/v1/nodes) into v.
 func (c *Cluster) Get(ctx context.Context, path string, v any) error {
 	return c.admin.getJSON(ctx, c.server+path, v)
