@@ -218,7 +218,7 @@ bench-k8s: build
 BENCH_SCALE_FLAGS ?=
 bench-scale: build
 	./test/k8s/build-tools.sh
-	$(call guarded,$(E2E_TEST) -v -run '^TestBench(Scale|Metric)' $(BENCH_SCALE_FLAGS) ./test/k8s/...)
+	$(call guarded,$(E2E_TEST) -v -run "^TestBench(Scale|Metric)" $(BENCH_SCALE_FLAGS) ./test/k8s/...)
 
 # make demo-k8s (as root): a one-node cluster of this machine from the
 # real-node tools (built once, cached), the image imported into its

@@ -278,3 +278,40 @@ func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
 		t.Errorf("make demo builds cdi-kubelet-plugin:\n%s", out)
 	}
 }
+
+// Every target the Makefile declares phony expands to commands the shell
+// can parse: make -n prints them without running them, and sh -n reads
+// them without running them. A quote in a target's command that the
+// guarded wrapper's echo '...' ends early once broke make bench-scale.
+func TestMakeTargetsParse(t *testing.T) {
+	for _, tool := range []string{"make", "sh"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not on PATH: %v", tool, err)
+		}
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []string
+	for line := range strings.Lines(string(mk)) {
+		if rest, ok := strings.CutPrefix(line, ".PHONY:"); ok {
+			targets = append(targets, strings.Fields(rest)...)
+		}
+	}
+	if len(targets) < 10 {
+		t.Fatalf("the Makefile declares %d phony targets: %v", len(targets), targets)
+	}
+	for _, target := range targets {
+		out, err := exec.Command("make", "--no-print-directory", "-n", "-C", "../..", target).CombinedOutput()
+		if err != nil {
+			t.Errorf("make -n %s: %v\n%s", target, err, out)
+			continue
+		}
+		sh := exec.Command("sh", "-n")
+		sh.Stdin = strings.NewReader(string(out))
+		if msg, err := sh.CombinedOutput(); err != nil {
+			t.Errorf("make %s's commands do not parse: %v: %s\n%s", target, err, msg, out)
+		}
+	}
+}
