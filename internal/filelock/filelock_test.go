@@ -3,45 +3,13 @@ package filelock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/cdi-exec/plugins/test/proclocks"
 )
-
-// lockID is how /proc/locks names a file: major:minor:inode of its
-// device, the numbers of the device in hex.
-func lockID(t *testing.T, path string) string {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
-}
-
-// blocked counts the lock calls of class (FLOCK, OFDLCK) the kernel holds
-// blocked on the file id: the lines of /proc/locks marked "->" that name
-// it. A waiter that polled with non-blocking tries would never show there.
-func blocked(t *testing.T, class, id string) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/locks")
-	if err != nil {
-		t.Skipf("no /proc/locks to see the waiters in: %v", err)
-	}
-	n := 0
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) > 6 && f[1] == "->" && f[2] == class && f[6] == id {
-			n++
-		}
-	}
-	return n
-}
 
 func open(t *testing.T, path string) *os.File {
 	t.Helper()
@@ -88,8 +56,7 @@ func TestWaitersWakeWhenFreed(t *testing.T) {
 					got <- f
 				}()
 			}
-			id := lockID(t, path)
-			for give := time.Now().Add(time.Minute); blocked(t, k.class, id) < waiters; time.Sleep(time.Millisecond) {
+			for give := time.Now().Add(time.Minute); proclocks.Blocked(t, k.class, path) < waiters; time.Sleep(time.Millisecond) {
 				select {
 				case f := <-got:
 					t.Fatalf("%s was taken while the lock was held", f.Name())
@@ -98,7 +65,7 @@ func TestWaitersWakeWhenFreed(t *testing.T) {
 				default:
 				}
 				if time.Now().After(give) {
-					t.Fatalf("%d of %d waiters block in the kernel after a minute", blocked(t, k.class, id), waiters)
+					t.Fatalf("%d of %d waiters block in the kernel after a minute", proclocks.Blocked(t, k.class, path), waiters)
 				}
 			}
 			holder.Close()

@@ -3,56 +3,25 @@ package store
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/cdi-exec/plugins/test/proclocks"
 )
 
-// lockID is how /proc/locks names a file: major:minor:inode of its
-// device, the numbers of the device in hex.
-func lockID(t *testing.T, path string) string {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
-}
-
-// blockedFlocks counts the flock(2) calls the kernel holds blocked on the
-// file id (lockID): the lines of /proc/locks marked "->" that name it.
-func blockedFlocks(t *testing.T, id string) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/locks")
-	if err != nil {
-		t.Skipf("no /proc/locks to see the waiters in: %v", err)
-	}
-	n := 0
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) > 6 && f[1] == "->" && f[2] == "FLOCK" && f[6] == id {
-			n++
-		}
-	}
-	return n
-}
-
 // waitBlocked waits until n opens wait in the kernel for the lock of the
-// file id, and fails if an open of done returns first. A waiter that
+// file at path, and fails if an open of done returns first. A waiter that
 // polled with non-blocking tries would never show there.
-func waitBlocked(t *testing.T, id string, n int, done <-chan error) {
+func waitBlocked(t *testing.T, path string, n int, done <-chan error) {
 	t.Helper()
-	for give := time.Now().Add(time.Minute); blockedFlocks(t, id) < n; {
+	for give := time.Now().Add(time.Minute); proclocks.Blocked(t, "FLOCK", path) < n; {
 		select {
 		case err := <-done:
 			t.Fatalf("an open returned (err %v) while the lock was held", err)
 		default:
 		}
 		if time.Now().After(give) {
-			t.Fatalf("%d of %d opens wait in a blocking flock of %s after a minute", blockedFlocks(t, id), n, id)
+			t.Fatalf("%d of %d opens wait in a blocking flock of %s after a minute", proclocks.Blocked(t, "FLOCK", path), n, path)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -95,7 +64,7 @@ func TestLockWaiterWakesWhenFreed(t *testing.T) {
 					done <- err
 				}()
 			}
-			waitBlocked(t, lockID(t, path), len(tc.waiters), done)
+			waitBlocked(t, path, len(tc.waiters), done)
 			if err := holder.Close(); err != nil {
 				t.Fatal(err)
 			}
