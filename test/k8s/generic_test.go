@@ -4,7 +4,6 @@ package k8se2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -77,14 +76,11 @@ func kvmShares(t *testing.T, n int) {
 	}
 
 	f := &features{draRun: d}
-	var doc strings.Builder
 	pods := make([]string, n+1)
 	for i := range pods {
 		pods[i] = fmt.Sprintf("vm%d", i+1)
-		doc.WriteString(claimYAML("default", pods[i], "requests:\n- name: r\n  exactly: {deviceClassName: "+kvmDriver+"}"))
-		doc.WriteString(kvmPod(pods[i]))
 	}
-	f.yaml(ctx, t, doc.String())
+	f.yaml(ctx, t, kvmClaimPods(pods))
 	var running []string
 	err := waitFor(ctx, fmt.Sprintf("%d of the %d pods to open /dev/kvm", n, n+1), func(ctx context.Context) error {
 		running = nil
@@ -133,15 +129,7 @@ func kvmShares(t *testing.T, n int) {
 	if _, err := d.c.Kubectl(ctx, "delete", "pod", running[0], "--wait=false", "--grace-period=0"); err != nil {
 		t.Fatal(err)
 	}
-	err = waitFor(ctx, "the last pod to open /dev/kvm", func(ctx context.Context) error {
-		if !d.kvmOpened(ctx, waiting) {
-			return fmt.Errorf("%s has not opened it", waiting)
-		}
-		return nil
-	}, d.c.Kubelet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d.waitKVMOpened(ctx, t, waiting)
 	t.Logf("after %s was deleted, %s opened /dev/kvm", running[0], waiting)
 
 	// Extended resources, in either shape: two pods deleted free two
@@ -153,15 +141,7 @@ func kvmShares(t *testing.T, n int) {
 		}
 	}
 	f.yaml(ctx, t, kvmExtendedPod("extended"))
-	err = waitFor(ctx, "the pod asking for cdi-exec.io/kvm: 1 to open /dev/kvm", func(ctx context.Context) error {
-		if !d.kvmOpened(ctx, "extended") {
-			return errors.New("it has not opened it")
-		}
-		return nil
-	}, d.c.Kubelet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d.waitKVMOpened(ctx, t, "extended") // it asks for cdi-exec.io/kvm: 1
 	var p corev1.Pod
 	if err := d.c.Get(ctx, "/api/v1/namespaces/default/pods/extended", &p); err != nil {
 		t.Fatal(err)
@@ -230,24 +210,9 @@ func TestClusterKVMUnlimited(t *testing.T) {
 	}
 	t.Logf("on 1.%d the node's %d allocatable pods are the kvm unit's shares", minor, pods)
 	f := &features{draRun: d}
-	var doc strings.Builder
 	names := []string{"u1", "u2", "u3"}
-	for _, p := range names {
-		doc.WriteString(claimYAML("default", p, "requests:\n- name: r\n  exactly: {deviceClassName: "+kvmDriver+"}"))
-		doc.WriteString(kvmPod(p))
-	}
-	f.yaml(ctx, t, doc.String())
-	err := waitFor(ctx, "the three pods to open /dev/kvm", func(ctx context.Context) error {
-		for _, p := range names {
-			if !d.kvmOpened(ctx, p) {
-				return fmt.Errorf("%s has not opened it", p)
-			}
-		}
-		return nil
-	}, d.c.Kubelet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f.yaml(ctx, t, kvmClaimPods(names))
+	d.waitKVMOpened(ctx, t, names...)
 	if h := f.holders(ctx, t); len(h) != len(names) {
 		t.Fatalf("the plugin holds %v, want a share for each of %d claims", h, len(names))
 	}
@@ -311,6 +276,33 @@ func kvmPod(name string) string {
 	return fmt.Sprintf("---\napiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: default}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 0\n  restartPolicy: Never\n"+
 		"  resourceClaims:\n  - {name: kvm, resourceClaimName: %s}\n  containers:\n  - name: c\n    image: %s\n    imagePullPolicy: Never\n    command: [\"/bin/sh\", \"-c\", %q]\n    resources: {claims: [{name: kvm}]}\n",
 		name, name, Image, kvmLoop)
+}
+
+// kvmClaimPods is, for each name, a claim of that name for one kvm device
+// (or share) and a pod of that name that opens /dev/kvm through it.
+func kvmClaimPods(names []string) string {
+	var doc strings.Builder
+	for _, p := range names {
+		doc.WriteString(claimYAML("default", p, "requests:\n- name: r\n  exactly: {deviceClassName: "+kvmDriver+"}"))
+		doc.WriteString(kvmPod(p))
+	}
+	return doc.String()
+}
+
+// waitKVMOpened waits until each of the pods has opened /dev/kvm.
+func (d *draRun) waitKVMOpened(ctx context.Context, t *testing.T, pods ...string) {
+	t.Helper()
+	err := waitFor(ctx, strings.Join(pods, ", ")+" to open /dev/kvm", func(ctx context.Context) error {
+		for _, p := range pods {
+			if !d.kvmOpened(ctx, p) {
+				return fmt.Errorf("%s has not opened it", p)
+			}
+		}
+		return nil
+	}, d.c.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // kvmOpened reports whether the pod's container said it opened /dev/kvm.
